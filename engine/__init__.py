@@ -1,0 +1,1 @@
+"""Tandem's engine: everything that computes. Never imports Qt."""

@@ -1,0 +1,34 @@
+"""The drafter interface (the shape of transformers' CandidateGenerator)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from engine.sampler import Sampler
+
+
+@dataclass(frozen=True)
+class Draft:
+    """tokens: up to k proposed ids. probs: [len(tokens), V] distribution each token was drawn
+    from (q) when sampling with a stochastic drafter; None for greedy or deterministic drafts."""
+
+    tokens: tuple[int, ...]
+    probs: torch.Tensor | None = None
+
+
+class Drafter(Protocol):
+    name: str
+    #: True when proposing costs about nothing (no model forward), so k is not cost-limited.
+    free: bool
+
+    def reset(self) -> None:
+        """Forget everything about the previous request."""
+
+    def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
+        """Propose up to k tokens to follow ``context`` (prompt + generated so far)."""
+
+    def observe(self, valid_length: int) -> None:
+        """After verification, the first ``valid_length`` tokens of context + draft are final;
+        anything the drafter cached beyond that must be dropped."""
