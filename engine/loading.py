@@ -1,0 +1,64 @@
+"""Loading a model folder (safetensors + tokenizer) at the precision a mode asks for."""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.settings import Precision
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    if requested != "auto":
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def dtype_for(precision: Precision, device: torch.device) -> torch.dtype:
+    """exact: float32 everywhere (greedy speculation is then token-identical to plain).
+    fast: bfloat16 on CPU and CUDA, float16 on MPS (bf16 support there is partial)."""
+    if precision == "exact":
+        return torch.float32
+    if precision != "fast":
+        raise ValueError(f"precision must be 'exact' or 'fast', not {precision!r}")
+    return torch.float16 if device.type == "mps" else torch.bfloat16
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    seconds: float
+
+
+def load_model(path: Path, precision: Precision = "fast", device: str = "auto") -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not a model folder (no config.json)")
+    dev = pick_device(device)
+    dtype = dtype_for(precision, dev)
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    seconds = time.perf_counter() - start
+    log.info("loaded %s on %s as %s in %.1fs", path.name, dev, dtype, seconds)
+    return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds)
+
+
+def same_vocabulary(target_tokenizer, drafter_tokenizer) -> bool:
+    """A draft model must map ids to the same strings as the target (same tokenizer)."""
+    return target_tokenizer.get_vocab() == drafter_tokenizer.get_vocab()

@@ -1,0 +1,183 @@
+"""Speculative decoding must reproduce plain decoding (greedy) token for token."""
+import pytest
+import torch
+
+from engine.decoding import eos_token_ids, plain_decode, speculative_decode
+from engine.drafters import DraftModelDrafter, PromptLookupDrafter
+from engine.events import Failed, Finished
+from engine.runner import ModelRunner
+from engine.settings import DecodeSettings
+from engine.tiny_models import build_model, build_tokenizer, perturbed_copy
+from tests.engine.helpers import run_to_end
+
+PROMPTS = ["def add(a, b):", "The quick brown fox", "for i in range(10):\n    print(i)"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+def encode(tokenizer, text):
+    return tokenizer(text)["input_ids"]
+
+
+def plain_ids(target, tokenizer, prompt, settings, eos):
+    result, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, settings, eos))
+    assert isinstance(result, Finished), result
+    return result
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_greedy_speculation_is_token_identical_to_plain(tokenizer, seed):
+    target = build_model(len(tokenizer), layers=3, seed=seed)
+    noise = [0.003, 0.01, 0.03][seed % 3]
+    drafter = perturbed_copy(target, noise, seed=seed + 100)
+    eos = eos_token_ids(target, tokenizer)
+    for prompt_text in PROMPTS:
+        prompt = encode(tokenizer, prompt_text)
+        settings = DecodeSettings(max_new_tokens=40)
+        reference = plain_ids(target, tokenizer, prompt, settings, eos)
+        for k in (None, 0, 1, 2, 4, 8):
+            settings = DecodeSettings(max_new_tokens=40, draft_length=k)
+            for make in (lambda: DraftModelDrafter(drafter), PromptLookupDrafter):
+                result, _ = run_to_end(
+                    speculative_decode(ModelRunner(target), make(), tokenizer, prompt, settings, eos)
+                )
+                assert isinstance(result, Finished), result
+                assert result.token_ids == reference.token_ids, (seed, prompt_text, k)
+                assert result.text == reference.text
+
+
+def test_partial_acceptance_is_exercised_and_counted(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    prompt = encode(tokenizer, PROMPTS[0])
+    settings = DecodeSettings(max_new_tokens=60, draft_length=4)
+    result, steps = run_to_end(
+        speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt, settings, set())
+    )
+    s = result.stats
+    assert 0 < s.accepted < s.drafted, "the tiny pair should accept some drafts, not all"
+    assert s.acceptance == pytest.approx(s.accepted / s.drafted)
+    assert len(s.acceptance_by_position) == 4
+    assert s.acceptance_by_position[0] >= s.acceptance_by_position[3]
+    assert sum(st.accepted for st in steps) == s.accepted
+    # Tokens marked as drafted are exactly the accepted ones that were kept.
+    assert sum(sum(st.from_draft) for st in steps) == s.accepted
+    assert s.new_tokens == len(result.token_ids) == 60
+    assert s.tokens_per_pass == pytest.approx((s.accepted + s.target_passes) / s.target_passes)
+
+
+def test_eos_inside_an_accepted_block_stops_exactly_there(tiny_pair):
+    tokenizer, target, _ = tiny_pair
+    prompt = encode(tokenizer, PROMPTS[1])
+    free_run = plain_ids(target, tokenizer, prompt, DecodeSettings(max_new_tokens=30), set())
+    stop_token = free_run.token_ids[13]
+    first = free_run.token_ids.index(stop_token)
+    # The target drafting for itself accepts every block, so EOS lands mid-block.
+    result, _ = run_to_end(
+        speculative_decode(
+            ModelRunner(target), DraftModelDrafter(target), tokenizer, prompt,
+            DecodeSettings(max_new_tokens=30, draft_length=8), {stop_token},
+        )
+    )
+    assert result.reason == "eos"
+    assert result.token_ids == free_run.token_ids[:first]
+    plain = plain_ids(target, tokenizer, prompt, DecodeSettings(max_new_tokens=30), {stop_token})
+    assert plain.reason == "eos" and plain.token_ids == result.token_ids
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5, 9])
+def test_max_new_tokens_inside_a_block_is_never_overrun(tiny_pair, limit):
+    tokenizer, target, _ = tiny_pair
+    prompt = encode(tokenizer, PROMPTS[0])
+    settings = DecodeSettings(max_new_tokens=limit, draft_length=8)
+    result, steps = run_to_end(
+        speculative_decode(ModelRunner(target), DraftModelDrafter(target), tokenizer, prompt, settings, set())
+    )
+    assert result.reason == "max_new_tokens"
+    assert len(result.token_ids) == limit == sum(len(s.token_ids) for s in steps)
+    # Drafting stops at the budget too: no draft token is wasted beyond it.
+    assert result.stats.drafted <= limit - 1
+
+
+def test_stop_string_cuts_text_and_matches_plain(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    prompt = encode(tokenizer, PROMPTS[2])
+    free_text = plain_ids(target, tokenizer, prompt, DecodeSettings(max_new_tokens=40), set()).text
+    stop = free_text[20:23]
+    settings = DecodeSettings(max_new_tokens=40, stop_strings=(stop,), draft_length=4)
+    plain = plain_ids(target, tokenizer, prompt, settings, set())
+    spec, steps = run_to_end(
+        speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt, settings, set())
+    )
+    assert plain.reason == spec.reason == "stop_string"
+    assert spec.text == plain.text == free_text[: free_text.index(stop)]
+    assert "".join(s.text for s in steps) == spec.text  # streamed text never showed the stop
+    assert spec.token_ids == plain.token_ids
+
+
+def test_streamed_text_adds_up_to_the_final_text(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    prompt = encode(tokenizer, "Résumé 東京 🙂")
+    result, steps = run_to_end(
+        speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt, DecodeSettings(max_new_tokens=50), set())
+    )
+    assert "".join(s.text for s in steps) == result.text == tokenizer.decode(list(result.token_ids), skip_special_tokens=True)
+
+
+def test_cancel_mid_run_stops_between_steps(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    seen = []
+    events = speculative_decode(
+        ModelRunner(target), DraftModelDrafter(drafter), tokenizer, encode(tokenizer, PROMPTS[0]),
+        DecodeSettings(max_new_tokens=200, draft_length=2), set(), cancel=lambda: len(seen) >= 3,
+    )
+    for event in events:
+        if isinstance(event, Finished):
+            break
+        if type(event).__name__ == "Tokens":
+            seen.append(event)
+    assert event.reason == "cancelled"
+    assert len(seen) == 3 and 0 < len(event.token_ids) < 200
+
+
+def test_overlong_prompt_is_a_clear_error(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    window = target.config.max_position_embeddings
+    prompt = [5] * (window + 3)
+    for events in (
+        plain_decode(ModelRunner(target), tokenizer, prompt, DecodeSettings(), set()),
+        speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt, DecodeSettings(), set()),
+    ):
+        result, _ = run_to_end(events)
+        assert isinstance(result, Failed)
+        assert f"{window + 3} tokens" in result.error and "context window" in result.error
+
+
+def test_generation_stops_at_the_context_window(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    window = target.config.max_position_embeddings
+    prompt = [5] * (window - 6)
+    result, _ = run_to_end(
+        speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt, DecodeSettings(max_new_tokens=50), set())
+    )
+    assert isinstance(result, Finished) and len(result.token_ids) == 6
+
+
+def test_empty_prompt_is_a_clear_error(tiny_pair):
+    tokenizer, target, _ = tiny_pair
+    result, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, [], DecodeSettings(), set()))
+    assert isinstance(result, Failed) and "empty" in result.error
+
+
+def test_bf16_models_run_both_loops(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    target16, drafter16 = target.to(torch.bfloat16), drafter.to(torch.bfloat16)
+    try:
+        prompt = encode(tokenizer, PROMPTS[0])
+        plain = plain_ids(target16, tokenizer, prompt, DecodeSettings(max_new_tokens=20), set())
+        spec, _ = run_to_end(speculative_decode(ModelRunner(target16), DraftModelDrafter(drafter16), tokenizer, prompt, DecodeSettings(max_new_tokens=20), set()))
+        assert len(plain.token_ids) == len(spec.token_ids) == 20
+    finally:
+        target.float(), drafter.float()
