@@ -118,7 +118,9 @@ def plain_decode(
                 return
             t = time.perf_counter()
             token = decode_one_token(target, run.context[-1], run.sampler)
-            yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
+            step_s = time.perf_counter() - t
+            run.stats.add_pass(0, 0, 0.0, step_s)
+            yield from run.emit([token], [False], 0, 0, step_s)
         yield run.finish()
     except Exception as exc:  # the consumer (CLI, Qt worker) shows it; the engine never dies
         log.exception("plain decoding failed")

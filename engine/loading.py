@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from engine.fast_linear import accelerate_linears
 from engine.settings import Precision
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,9 @@ class LoadedModel:
     seconds: float
 
 
-def load_model(path: Path, precision: Precision = "fast", device: str = "auto") -> LoadedModel:
+def load_model(path: Path, precision: Precision = "fast", device: str = "auto", fast_kernels: bool = True, role: str = "target") -> LoadedModel:
+    """Load a model folder. ``fast_kernels`` routes bf16 CPU linears through kernels.linear;
+    ``role`` is "target" (batch-invariant kernels everywhere) or "drafter"."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
@@ -53,6 +56,8 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto") 
     dtype = dtype_for(precision, dev)
     start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev).eval()
+    if fast_kernels:
+        accelerate_linears(model, batch_invariant=role == "target")
     tokenizer = AutoTokenizer.from_pretrained(path)
     seconds = time.perf_counter() - start
     log.info("loaded %s on %s as %s in %.1fs", path.name, dev, dtype, seconds)

@@ -39,7 +39,7 @@ class Session:
     @classmethod
     def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto") -> "Session":
         target = load_model(target_path, precision, device)
-        drafter = load_model(drafter_path, precision, device) if drafter_path else None
+        drafter = load_model(drafter_path, precision, device, role="drafter") if drafter_path else None
         return cls(target, drafter)
 
     @property

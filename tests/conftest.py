@@ -17,7 +17,8 @@ def tiny_pair():
 
 
 @pytest.fixture(autouse=True)
-def isolated_home(tmp_path, monkeypatch):
-    """Every test gets its own cache/data/log dirs unless it opts into the real ones."""
-    if "TANDEM_REAL_HOME" not in os.environ:
+def isolated_home(request, tmp_path, monkeypatch):
+    """Every test gets its own cache/data/log dirs, except slow tests, which use the real
+    default model pair that the set-up installed in the user cache."""
+    if request.node.get_closest_marker("slow") is None:
         monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "tandem-home"))

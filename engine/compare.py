@@ -1,0 +1,48 @@
+"""Run plain and speculative decoding on the same prompt and compare them honestly."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.divergence import Divergence, explain_divergence
+from engine.events import Failed, Finished
+from engine.session import DrafterKind, Session
+from engine.settings import DecodeSettings
+
+
+@dataclass(frozen=True)
+class Comparison:
+    prompt_ids: tuple[int, ...]
+    plain: Finished
+    speculative: Finished
+    divergence: Divergence | None
+
+    @property
+    def identical(self) -> bool:
+        return self.plain.token_ids == self.speculative.token_ids
+
+    @property
+    def speedup(self) -> float:
+        p = self.plain.stats.tok_per_s
+        return self.speculative.stats.tok_per_s / p if p else 0.0
+
+
+def drain(events, on_event: Callable | None = None) -> Finished:
+    for event in events:
+        if on_event:
+            on_event(event)
+        if isinstance(event, Failed):
+            raise RuntimeError(event.error)
+        if isinstance(event, Finished):
+            return event
+    raise RuntimeError("generation ended without a result")
+
+
+def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: DrafterKind = "model", on_event: Callable | None = None) -> Comparison:
+    prompt_ids = session.encode(prompt)
+    plain = drain(session.plain(prompt_ids, settings), on_event and (lambda e: on_event("plain", e)))
+    spec = drain(session.speculative(prompt_ids, settings, drafter), on_event and (lambda e: on_event("speculative", e)))
+    divergence = None
+    if plain.token_ids != spec.token_ids and settings.mode == "greedy":
+        divergence = explain_divergence(session.target.model, prompt_ids, list(plain.token_ids), list(spec.token_ids))
+    return Comparison(tuple(prompt_ids), plain, spec, divergence)

@@ -1,0 +1,109 @@
+// y[m, n] = sum_k x[m, k] * w[n, k] (+ b[n]) with w in bf16, accumulated in fp32.
+// Each weight row is read once from memory and widened to fp32 in registers, then applied to
+// every input row, so for small M the cost is one pass over the weights. Every output element is
+// computed by the same instruction sequence whatever M is (batch invariance).
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <cstdint>
+#include <cstring>
+#include <algorithm>
+
+namespace {
+
+inline __m256 load_bf16x8(const uint16_t* p) {
+  __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+}
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
+  return _mm_cvtss_f32(lo);
+}
+
+inline float bf16_to_float(uint16_t v) {
+  uint32_t bits = static_cast<uint32_t>(v) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// A tile of NR weight rows x MR input rows: NR*MR independent accumulators hide the FMA latency
+// and every widened weight vector is reused MR times. Each output element still has exactly one
+// accumulator summed in k order and reduced by hsum, so its value does not depend on the tile
+// shape, hence not on M.
+template <int NR, int MR>
+inline void tile(const float* X, const uint16_t* W, const float* B, float* O, int64_t m, int64_t n, int64_t K, int64_t N) {
+  __m256 acc[NR][MR];
+  for (int i = 0; i < NR; ++i)
+    for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    __m256 xv[MR];
+    for (int j = 0; j < MR; ++j) xv[j] = _mm256_loadu_ps(X + (m + j) * K + k);
+    for (int i = 0; i < NR; ++i) {
+      __m256 wv = load_bf16x8(W + (n + i) * K + k);
+      for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_fmadd_ps(xv[j], wv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < NR; ++i) {
+    const uint16_t* wr = W + (n + i) * K;
+    for (int j = 0; j < MR; ++j) {
+      const float* xr = X + (m + j) * K;
+      float s = hsum(acc[i][j]);
+      for (int64_t kk = k; kk < K; ++kk) s += xr[kk] * bf16_to_float(wr[kk]);
+      O[(m + j) * N + n + i] = s + (B ? B[n + i] : 0.0f);
+    }
+  }
+}
+
+template <int NR, int MR>
+inline void rows(const float* X, const uint16_t* W, const float* B, float* O, int64_t m, int64_t n0, int64_t n1, int64_t K, int64_t N) {
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) tile<NR, MR>(X, W, B, O, m, n, K, N);
+  for (; n < n1; ++n) tile<1, MR>(X, W, B, O, m, n, K, N);
+}
+
+}  // namespace
+
+torch::Tensor linear_bf16w(torch::Tensor x, torch::Tensor w, c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.dim() == 2 && w.is_contiguous(), "weight must be contiguous [N, K] bf16");
+  const int64_t N = w.size(0), K = w.size(1);
+  TORCH_CHECK(x.size(-1) == K, "x last dim must equal K");
+  auto out_shape = x.sizes().vec();
+  out_shape.back() = N;
+  auto xf = x.reshape({-1, K}).to(at::kFloat).contiguous();
+  const int64_t M = xf.size(0);
+  auto out = torch::empty({M, N}, xf.options());
+  const float* X = xf.data_ptr<float>();
+  const uint16_t* W = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+  float* O = out.data_ptr<float>();
+  torch::Tensor bf;
+  const float* B = nullptr;
+  if (bias.has_value() && bias->defined()) {
+    bf = bias->to(at::kFloat).contiguous();
+    B = bf.data_ptr<float>();
+  }
+  constexpr int64_t kBlock = 8;  // weight rows kept in L1/L2 while all input rows use them
+  at::parallel_for(0, N, 64, [&](int64_t n_begin, int64_t n_end) {
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlock) {
+      const int64_t n1 = std::min(n0 + kBlock, n_end);
+      int64_t m = 0;
+      for (; m + 4 <= M; m += 4) rows<2, 4>(X, W, B, O, m, n0, n1, K, N);
+      switch (M - m) {
+        case 3: rows<2, 3>(X, W, B, O, m, n0, n1, K, N); break;
+        case 2: rows<4, 2>(X, W, B, O, m, n0, n1, K, N); break;
+        case 1: rows<4, 1>(X, W, B, O, m, n0, n1, K, N); break;
+        default: break;
+      }
+    }
+  });
+  return out.to(x.scalar_type()).reshape(out_shape);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("linear_bf16w", &linear_bf16w, "bf16-weight linear, fp32 accumulation, batch-invariant");
+}

@@ -1,0 +1,56 @@
+"""Every linear backend against the reference, and the batch invariance the target relies on."""
+import pytest
+import torch
+
+from kernels import linear as linear_kernels
+from kernels.linear import reference
+
+
+@pytest.fixture(params=linear_kernels.available_backends())
+def backend(request):
+    linear_kernels.use_backend(request.param)
+    yield request.param
+    linear_kernels.use_backend("reference")
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 9, 16, 33])
+@pytest.mark.parametrize("k,n,bias", [(64, 48, True), (136, 20, False), (13, 7, True)])
+def test_backend_matches_reference(backend, m, k, n, bias):
+    gen = torch.Generator().manual_seed(m * 1000 + k + n)
+    x = torch.randn(m, k, generator=gen).bfloat16()
+    w = torch.randn(n, k, generator=gen).bfloat16()
+    b = torch.randn(n, generator=gen).bfloat16() if bias else None
+    got = linear_kernels.linear(x, w, b)
+    want = reference.linear(x, w, b)
+    assert got.shape == want.shape and got.dtype == torch.bfloat16
+    # Same fp32 math, different summation order: at most a couple of bf16 ulps apart.
+    assert torch.allclose(got.float(), want.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_leading_dimensions_are_kept(backend):
+    x = torch.randn(2, 3, 32).bfloat16()
+    w = torch.randn(8, 32).bfloat16()
+    assert linear_kernels.linear(x, w).shape == (2, 3, 8)
+
+
+def test_rows_do_not_depend_on_how_many_are_computed_together(backend):
+    """Verifying k+1 tokens in one pass must equal k+1 one-token passes, bit for bit."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(11, 200, generator=gen).bfloat16()
+    w = torch.randn(70, 200, generator=gen).bfloat16()
+    together = linear_kernels.linear(x, w)
+    for i in range(11):
+        assert torch.equal(linear_kernels.linear(x[i : i + 1], w), together[i : i + 1])
+    assert torch.equal(linear_kernels.linear(x[3:8], w), together[3:8])
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown linear backend"):
+        linear_kernels.use_backend("nope")
+
+
+def test_fast_backend_is_built_where_the_cpu_supports_it():
+    import shutil
+
+    if shutil.which("c++") and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        assert "cpu_avx2" in linear_kernels.available_backends()
