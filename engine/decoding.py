@@ -172,6 +172,8 @@ def speculative_decode(
         t = time.perf_counter()
         token = prefill(target, prompt_ids, run.sampler)
         yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
+        if not run.done:
+            drafter.prepare(run.context)
         while not run.done:
             if cancel():
                 yield run.finish("cancelled")

@@ -26,6 +26,10 @@ class Drafter(Protocol):
     def reset(self) -> None:
         """Forget everything about the previous request."""
 
+    def prepare(self, prompt: list[int]) -> None:
+        """Read the prompt ahead of the first proposal (the drafter's prefill), so that
+        per-step draft costs measure drafting alone."""
+
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         """Propose up to k tokens to follow ``context`` (prompt + generated so far)."""
 

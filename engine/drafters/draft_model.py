@@ -18,6 +18,11 @@ class DraftModelDrafter:
     def reset(self) -> None:
         self.runner.reset()
 
+    def prepare(self, prompt: list[int]) -> None:
+        self.runner.reset()
+        if len(prompt) > 1:
+            self.runner.forward(prompt[:-1])
+
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0:
             return Draft(())

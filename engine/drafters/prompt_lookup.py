@@ -36,6 +36,9 @@ class PromptLookupDrafter:
     def reset(self) -> None:
         pass
 
+    def prepare(self, prompt: list[int]) -> None:
+        pass
+
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         # Deterministic proposals: q is one-hot, which the verifier handles when probs is None.
         return Draft(tuple(find_continuation(context, k, self.max_ngram)))
