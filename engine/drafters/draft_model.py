@@ -9,11 +9,19 @@ from engine.sampler import Sampler
 
 
 class DraftModelDrafter:
+    """``min_confidence``: stop drafting early when the drafter's probability of its own
+    token falls below it (such tokens are usually rejected, and every draft step costs a drafter
+    pass). How many tokens are proposed may depend on the drafter's state without breaking
+    losslessness: each proposed token is still drawn from q and verified against p. Off by
+    default: with 0.4 (transformers' default) the default pair measured slower on code prompts
+    (1.26x vs 1.39x on code-fib), as the adaptive k already limits wasted drafts."""
+
     free = False
 
-    def __init__(self, model, name: str = "draft model") -> None:
+    def __init__(self, model, name: str = "draft model", min_confidence: float = 0.0) -> None:
         self.runner = ModelRunner(model)
         self.name = name
+        self.min_confidence = min_confidence
 
     def reset(self) -> None:
         self.runner.reset()
@@ -31,9 +39,15 @@ class DraftModelDrafter:
         pending = context[self.runner.length :]
         tokens: list[int] = []
         dists: list[torch.Tensor] = []
-        for _ in range(k):
+        for i in range(k):
             logits = self.runner.forward(pending)[-1]
             token, dist = sampler.choose(logits)
+            if i > 0 and self.min_confidence > 0:
+                confidence = float((dist if dist is not None else logits.softmax(-1))[token])
+                if confidence < self.min_confidence:
+                    # The cache already holds every proposed token; observe() crops
+                    # whatever verification rejects.
+                    break
             tokens.append(token)
             if dist is not None:
                 dists.append(dist)

@@ -181,3 +181,18 @@ def test_bf16_models_run_both_loops(tiny_pair):
         assert len(plain.token_ids) == len(spec.token_ids) == 20
     finally:
         target.float(), drafter.float()
+
+
+def test_drafter_stops_early_when_unsure_and_output_is_unchanged(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    prompt = encode(tokenizer, PROMPTS[0])
+    settings = DecodeSettings(max_new_tokens=30, draft_length=6)
+    reference = plain_ids(target, tokenizer, prompt, settings, set())
+    never_sure = DraftModelDrafter(drafter, min_confidence=1.01)  # stops after one token
+    result, steps = run_to_end(speculative_decode(ModelRunner(target), never_sure, tokenizer, prompt, settings, set()))
+    assert result.token_ids == reference.token_ids
+    assert all(s.drafted <= 1 for s in steps)
+    always_sure = DraftModelDrafter(drafter, min_confidence=0.0)
+    result, steps = run_to_end(speculative_decode(ModelRunner(target), always_sure, tokenizer, prompt, settings, set()))
+    assert result.token_ids == reference.token_ids
+    assert max(s.drafted for s in steps) == 6
