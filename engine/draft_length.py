@@ -2,7 +2,8 @@
 
 Model (Leviathan et al., sec. 3.4): with per-token acceptance rate a, a pass that drafts k tokens
 yields E[tokens] = (1 - a^(k+1)) / (1 - a). It costs k drafter steps (c seconds each) plus one
-target pass over k+1 tokens, v(k) = v0 + v1*k (fitted from measured passes). The speedup over
+target pass over k+1 tokens, v(k) = v0 + v1*k: v0 is measured by making the first step after
+prefill a plain one-token pass, v1 from every speculative pass since. The speedup over
 plain decoding (one token per v(0)) is S(k) = E[tokens] * v(0) / (v(k) + k*c). We pick the k that
 maximises S and draft nothing (k = 0) when no k is expected to beat plain decoding; after a while
 we probe again with k = 1 so a request whose text becomes predictable regains speculation.
@@ -25,7 +26,8 @@ class DraftLengthController:
     ) -> None:
         self.fixed = fixed
         self.max_k = max_k
-        self.k = min(initial_k, max_k)
+        self.initial_k = min(initial_k, max_k)
+        self.k = 0  # the first step is a plain pass that measures v(0)
         self.decay = decay
         self.probe_every = probe_every
         self.drafting_is_free = drafting_is_free
@@ -33,9 +35,10 @@ class DraftLengthController:
         self._acc = prior_acceptance * 4
         self._tries = 4.0
         self._draft_step_s: float | None = None
-        # Decayed least-squares sums for v(k) = v0 + v1*k over observed (k, seconds).
-        self._w = self._sk = self._skk = self._sv = self._skv = 0.0
+        self._v0: float | None = None  # seconds for a one-token target pass
+        self._v1: float | None = None  # extra seconds per verified draft token
         self._off_steps = 0
+        self._calibrated = False
 
     @property
     def acceptance(self) -> float:
@@ -61,27 +64,19 @@ class DraftLengthController:
             self._draft_step_s = (
                 per_step if self._draft_step_s is None else d * self._draft_step_s + (1 - d) * per_step
             )
-        self._w = d * self._w + 1
-        self._sk = d * self._sk + k
-        self._skk = d * self._skk + k * k
-        self._sv = d * self._sv + verify_s
-        self._skv = d * self._skv + k * verify_s
+        if k == 0:
+            self._v0 = verify_s if self._v0 is None else d * self._v0 + (1 - d) * verify_s
+        elif self._v0 is not None:
+            slope = max(0.0, (verify_s - self._v0) / k)
+            self._v1 = slope if self._v1 is None else d * self._v1 + (1 - d) * slope
         self.k = self._choose(previous=k if requested is None else requested)
 
     def verify_cost(self, k: int) -> float:
-        """Fitted v(k). Until two different k have been seen, assume verifying k+1 tokens costs
-        10% more per extra token than one, which is conservative for bf16 on CPU and GPUs."""
-        mean_k = self._sk / self._w
-        mean_v = self._sv / self._w
-        var_k = self._skk / self._w - mean_k**2
-        if var_k > 0.25:
-            slope = (self._skv / self._w - mean_k * mean_v) / var_k
-            slope = max(slope, 0.0)
-            base = max(mean_v - slope * mean_k, 1e-6)
-        else:
-            base = mean_v / (1 + 0.1 * mean_k)
-            slope = 0.1 * base
-        return base + slope * k
+        """v(k) in seconds; until measured, assume 1 s per pass and 10% more per extra token,
+        which is what bf16 on CPUs with native bf16 and GPUs roughly do."""
+        v0 = self._v0 if self._v0 is not None else 1.0
+        v1 = self._v1 if self._v1 is not None else 0.1 * v0
+        return v0 + v1 * k
 
     def expected_speedup(self, k: int) -> float:
         a = min(self.acceptance, 0.999)
@@ -92,6 +87,9 @@ class DraftLengthController:
     def _choose(self, previous: int) -> int:
         if self.fixed is not None:
             return self.fixed
+        if previous == 0 and not self._calibrated:
+            self._calibrated = True
+            return self.initial_k
         if previous == 0:
             self._off_steps += 1
             if self._off_steps % self.probe_every:

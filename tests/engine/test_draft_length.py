@@ -29,15 +29,20 @@ def test_speculation_switches_off_when_it_cannot_pay():
     assert ctrl.next_k() == 0
 
 
-def test_switched_off_speculation_probes_again():
-    ctrl = DraftLengthController(max_k=8, probe_every=4)
-    ctrl.k = 0
-    seen = []
-    for _ in range(8):
-        k = ctrl.next_k()
-        seen.append(k)
-        ctrl.record(k, k, 1.0, 0.0, requested=k)
-    assert 1 in seen
+def test_switched_off_speculation_probes_again_and_comes_back():
+    ctrl = feed(DraftLengthController(max_k=8, probe_every=4), 30, 0.2, 1.0, 0.6, 1.0)
+    assert ctrl.next_k() == 0
+    # The text became predictable and drafting cheap: a probe notices, speculation resumes.
+    feed(ctrl, 40, 0.98, 1.0, 0.05, 0.05)
+    assert ctrl.next_k() >= 2
+
+
+def test_first_step_measures_a_plain_pass():
+    ctrl = DraftLengthController(max_k=8, initial_k=4)
+    assert ctrl.next_k() == 0
+    ctrl.record(0, 0, 0.25, 0.0, requested=0)
+    assert ctrl.next_k() == 4
+    assert ctrl.verify_cost(0) == 0.25
 
 
 def test_free_drafter_with_no_proposal_is_not_switched_off():
