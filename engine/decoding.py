@@ -198,6 +198,6 @@ def speculative_decode(
 
 
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, (ValueError, ContextTooLong)):
+    if isinstance(exc, ValueError):  # includes ContextTooLong: messages meant for the user
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
