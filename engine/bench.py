@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from engine.compare import drain
+from engine.compare import drain, warm_up
 from engine.divergence import first_difference
 from engine.session import DrafterKind, Session
 from engine.settings import DecodeSettings
@@ -75,10 +75,7 @@ def geomean(values: list[float]) -> float:
 
 def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafter: DrafterKind = "model", progress=print) -> dict:
     settings = DecodeSettings(max_new_tokens=max_new_tokens)
-    # Warm up every path once so one-time costs (allocations, kernels) do not land on prompt 1.
-    warm = session.encode("Say hi.")
-    drain(session.plain(warm, DecodeSettings(max_new_tokens=4)))
-    drain(session.speculative(warm, DecodeSettings(max_new_tokens=4), drafter))
+    warm_up(session, drafter)
     results = []
     for item in prompts:
         ids = session.encode(item["prompt"])

@@ -38,7 +38,16 @@ def drain(events, on_event: Callable | None = None) -> Finished:
     raise RuntimeError("generation ended without a result")
 
 
+def warm_up(session: Session, drafter: DrafterKind = "model") -> None:
+    """Run both paths for a few tokens so one-time costs (first kernel calls, allocations) are
+    not billed to whichever run is timed first."""
+    ids = session.encode("Say hi.")
+    drain(session.plain(ids, DecodeSettings(max_new_tokens=4)))
+    drain(session.speculative(ids, DecodeSettings(max_new_tokens=4, draft_length=2), drafter))
+
+
 def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: DrafterKind = "model", on_event: Callable | None = None) -> Comparison:
+    warm_up(session, drafter)
     prompt_ids = session.encode(prompt)
     plain = drain(session.plain(prompt_ids, settings), on_event and (lambda e: on_event("plain", e)))
     spec = drain(session.speculative(prompt_ids, settings, drafter), on_event and (lambda e: on_event("speculative", e)))
