@@ -33,7 +33,6 @@ class Session:
         self.drafter_model = drafter
         self.tokenizer = target.tokenizer
         self.eos_ids = eos_token_ids(target.model, target.tokenizer)
-        self._target_runner = ModelRunner(target.model)
         self._model_drafter = DraftModelDrafter(drafter.model, drafter.name) if drafter else None
 
     @classmethod
@@ -75,10 +74,11 @@ class Session:
         raise ValueError(f"unknown drafter {kind!r}")
 
     def plain(self, prompt_ids: list[int], settings: DecodeSettings, cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
-        return plain_decode(self._target_runner, self.tokenizer, prompt_ids, settings, self.eos_ids, cancel)
+        # A runner (KV cache) per request: the side-by-side demo interleaves two requests.
+        return plain_decode(ModelRunner(self.target.model), self.tokenizer, prompt_ids, settings, self.eos_ids, cancel)
 
     def speculative(self, prompt_ids: list[int], settings: DecodeSettings, drafter: DrafterKind = "model", cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
         chosen = self.drafter(drafter)
         if chosen is None:
             return self.plain(prompt_ids, settings, cancel)
-        return speculative_decode(self._target_runner, chosen, self.tokenizer, prompt_ids, settings, self.eos_ids, cancel)
+        return speculative_decode(ModelRunner(self.target.model), chosen, self.tokenizer, prompt_ids, settings, self.eos_ids, cancel)
