@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from typing import TYPE_CHECKING
+
 from engine.events import Failed, Tokens
-from engine.session import DrafterKind, Session
 from engine.settings import DecodeSettings
 from engine.side_by_side import LaneEvent
 from engine.token_origin import OriginTracker
+
+if TYPE_CHECKING:
+    from engine.session import DrafterKind, Session
 
 CHAT = "chat"
 

@@ -13,11 +13,15 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from engine.divergence import Divergence, explain_divergence
+from typing import TYPE_CHECKING
+
 from engine.events import Event, Failed, Finished, RunStats, Stats, Tokens
-from engine.session import DrafterKind, Session
 from engine.settings import DecodeSettings
 from engine.token_origin import OriginTracker, Segment
+
+if TYPE_CHECKING:  # torch-free at import: the app's GUI thread reads these event types
+    from engine.divergence import Divergence
+    from engine.session import DrafterKind, Session
 
 PLAIN, SPECULATIVE = "plain", "speculative"
 
@@ -122,6 +126,8 @@ def side_by_side(
     if plain is None or spec is None:
         yield LaneEvent(PLAIN, Failed("generation ended without a result"))
         return
+    from engine.divergence import explain_divergence
+
     divergence = chars = None
     cancelled = "cancelled" in (plain.reason, spec.reason)
     if plain.token_ids != spec.token_ids and settings.mode == "greedy" and not cancelled:

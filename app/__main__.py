@@ -1,0 +1,165 @@
+"""`python -m app`: start Tandem's window.
+
+--screenshot OUT.png [--demo PROMPT] [--tab NAME]: run the app, optionally run the side-by-side
+demo to completion, save a screenshot of the window and exit (docs and visual checks).
+--target DIR [--drafter DIR]: load these model folders instead of the default offline pair.
+"""
+from __future__ import annotations
+
+import argparse
+import faulthandler
+import logging
+import sys
+import traceback
+from pathlib import Path
+
+TABS = {"models": 0, "demo": 1, "chat": 2}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="tandem-app", description="Tandem: fast local models with speculative decoding")
+    p.add_argument("--screenshot", type=Path, help="save a screenshot of the window to this PNG and exit")
+    p.add_argument("--demo", metavar="PROMPT", help="run the side-by-side demo on PROMPT (with --screenshot: to completion)")
+    p.add_argument("--chat", metavar="MESSAGE", help="send MESSAGE in a new chat (with --screenshot: until the reply ends)")
+    p.add_argument("--tab", choices=sorted(TABS), help="show this tab")
+    p.add_argument("--target", type=Path, help="load this model folder instead of the default pair")
+    p.add_argument("--drafter", type=Path, help="draft model folder to go with --target")
+    p.add_argument("--precision", choices=["fast", "exact"], help="fast (bf16) or exact (fp32)")
+    p.add_argument("--max-new-tokens", type=int, help="reply length for --demo / --chat")
+    p.add_argument("--timeout", type=float, default=1800, help="give up on --screenshot after this many seconds")
+    return p.parse_args(argv)
+
+
+def setup_logging() -> Path:
+    from engine.paths import log_dir
+
+    directory = log_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "tandem.log"
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
+        handlers=[logging.FileHandler(path, encoding="utf-8"), logging.StreamHandler(sys.stderr)],
+    )
+    crash = open(directory / "crash.log", "a", encoding="utf-8")  # noqa: SIM115 (lives as long as the app)
+    faulthandler.enable(crash)  # a hard crash (segfault) still leaves a readable trace
+
+    def log_uncaught(kind, value, tb) -> None:
+        logging.getLogger("tandem").critical("uncaught error:\n%s", "".join(traceback.format_exception(kind, value, tb)))
+
+    sys.excepthook = log_uncaught
+    return path
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    setup_logging()
+    from PySide6.QtCore import QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from app.window import MainWindow
+
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("Tandem")
+    app.setOrganizationName("Tandem")
+    app.setDesktopFileName("tandem")
+    icon = _icon()
+    if icon is not None:
+        app.setWindowIcon(icon)
+    window = MainWindow(autoload=args.target is None)
+    if args.precision:
+        window.demo.controls.set_precision(args.precision)
+    if args.max_new_tokens:
+        window.demo.controls.max_new_tokens.setValue(args.max_new_tokens)
+    if args.tab:
+        window.tabs.setCurrentIndex(TABS[args.tab])
+    window.show()
+    if args.target is not None:
+        from app import jobs
+
+        window._submit("load", jobs.load_models(str(args.target), str(args.drafter) if args.drafter else None,
+                                                window.demo.controls.precision.currentData()))
+    script = Script(window, args)
+    window.model_loaded.connect(script.on_loaded)
+    window.demo_finished.connect(lambda _: script.done())
+    if args.screenshot and not (args.demo or args.chat):
+        QTimer.singleShot(1500, script.done)  # let the picker fill in
+    if args.screenshot:
+        QTimer.singleShot(int(args.timeout * 1000), lambda: script.done(failed="timed out"))
+    return app.exec() or script.exit_code
+
+
+class Script:
+    """The --demo / --chat / --screenshot sequence, driven by the window's own signals."""
+
+    def __init__(self, window, args) -> None:
+        self.window, self.args = window, args
+        self.exit_code = 0
+        self.started = False
+
+    def on_loaded(self, _loaded) -> None:
+        if not self.started:
+            self.started = True
+            _when(lambda: self.window.active_job is None, self.start)  # the load job ends first
+
+    def start(self) -> None:
+        w, a = self.window, self.args
+        if a.demo:
+            w.tabs.setCurrentIndex(TABS["demo"])
+            w.demo.prompt.setPlainText(a.demo)
+            w.demo.run_button.click()
+        elif a.chat:
+            w.tabs.setCurrentIndex(TABS["chat"])
+            w.chat.new_chat()
+            w.chat.input.setPlainText(a.chat)
+            w.chat.send()
+            if a.screenshot:
+                w.chat.send_button.setEnabled(False)
+                _when(lambda: not w.chat.running, self.done)
+
+    def done(self, failed: str = "") -> None:
+        if not self.args.screenshot:
+            return
+        from PySide6.QtCore import QTimer
+
+        def shoot() -> None:
+            path = self.args.screenshot
+            path.parent.mkdir(parents=True, exist_ok=True)
+            ok = self.window.grab().save(str(path))
+            print(f"screenshot {'saved to' if ok else 'FAILED:'} {path}" + (f" ({failed})" if failed else ""), file=sys.stderr)
+            self.exit_code = 0 if ok and not failed else 1
+            self.window.close()
+            from PySide6.QtWidgets import QApplication
+
+            QApplication.instance().exit(self.exit_code)
+
+        QTimer.singleShot(300, shoot)  # let the last repaint land
+
+
+def _when(condition, then) -> None:
+    from PySide6.QtCore import QTimer
+
+    timer = QTimer()
+    timer.setInterval(200)
+
+    def check() -> None:
+        if condition():
+            timer.stop()
+            then()
+
+    timer.timeout.connect(check)
+    timer.start()
+    _when.keep = getattr(_when, "keep", []) + [timer]  # keep the timer alive
+
+
+def _icon():
+    from PySide6.QtGui import QIcon
+
+    from engine.paths import RESOURCES
+
+    path = RESOURCES / "icons" / "tandem.svg"
+    return QIcon(str(path)) if path.exists() else None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

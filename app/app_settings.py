@@ -1,0 +1,43 @@
+"""What the app remembers between runs (QSettings), behind one enum of keys."""
+from __future__ import annotations
+
+from enum import Enum
+
+from PySide6.QtCore import QSettings
+
+
+class Key(str, Enum):
+    GEOMETRY = "window/geometry"
+    TAB = "window/tab"
+    DEMO_PROMPT = "demo/prompt"
+    CHAT_DRAFT = "chat/draft"
+    DRAFTER = "decode/drafter"
+    DRAFT_LENGTH = "decode/draft_length"
+    MODE = "decode/mode"
+    TEMPERATURE = "decode/temperature"
+    TOP_P = "decode/top_p"
+    PRECISION = "decode/precision"
+    MAX_NEW_TOKENS = "decode/max_new_tokens"
+    CONTEXT = "models/context"
+    MODEL_TARGET = "models/target_path"
+    MODEL_DRAFTER = "models/drafter_path"
+
+
+class AppSettings:
+    def __init__(self, settings: QSettings | None = None) -> None:
+        self.q = settings or QSettings("Tandem", "Tandem")
+
+    def get(self, key: Key, default=None, kind=None):
+        value = self.q.value(key.value, default)
+        if kind is not None and value is not None:
+            try:
+                return kind(value)
+            except (TypeError, ValueError):
+                return default
+        return value
+
+    def set(self, key: Key, value) -> None:
+        self.q.setValue(key.value, value)
+
+    def sync(self) -> None:
+        self.q.sync()

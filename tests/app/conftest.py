@@ -1,0 +1,60 @@
+"""App tests drive a real window (Qt offscreen) against real engine runs on tiny models."""
+import pytest
+from PySide6.QtCore import QSettings
+
+from app.app_settings import AppSettings
+from app.worker import EngineHost
+
+
+@pytest.fixture(scope="session")
+def tiny_dirs(tmp_path_factory):
+    from engine.tiny_models import save_pair
+
+    return save_pair(tmp_path_factory.mktemp("tiny-models"))
+
+
+@pytest.fixture()
+def app_settings(tmp_path):
+    return AppSettings(QSettings(str(tmp_path / "settings.ini"), QSettings.Format.IniFormat))
+
+
+@pytest.fixture(autouse=True)
+def no_engine_thread_left(qapp):
+    """Fail any test that leaves an engine QThread running (after its windows are closed)."""
+    yield
+    from PySide6.QtWidgets import QApplication
+
+    for widget in QApplication.topLevelWidgets():
+        widget.close()
+    running = [h for h in list(EngineHost.instances) if h.thread.isRunning()]
+    for host in running:
+        host.shutdown(30_000)
+    assert not running, f"{len(running)} engine thread(s) still running after the test"
+
+
+def wait_idle(qtbot, window, timeout=120_000):
+    qtbot.waitUntil(lambda: window.active_job is None, timeout=timeout)
+
+
+@pytest.fixture()
+def make_window(qtbot, app_settings, tiny_dirs):
+    """A window with the tiny pair loaded (fp32 'exact' unless asked otherwise)."""
+    from app import jobs
+    from app.window import MainWindow
+
+    made = []  # strong refs: a window garbage-collected unclosed would never stop its thread
+
+    def make(precision="exact", load=True, settings=None):
+        window = MainWindow(settings or app_settings, autoload=False)
+        made.append(window)
+        qtbot.addWidget(window)
+        window.show()
+        if load:
+            with qtbot.waitSignal(window.model_loaded, timeout=120_000):
+                window._submit("load", jobs.load_models(str(tiny_dirs[0]), str(tiny_dirs[1]), precision))
+            wait_idle(qtbot, window)
+        return window
+
+    yield make
+    for window in made:
+        window.close()
