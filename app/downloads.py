@@ -1,0 +1,61 @@
+"""Downloads from the Hugging Face Hub, as the window sees them: a job, its progress, the paths
+of what is installed. engine.hub does the work (it is torch-free, so the GUI thread may ask it
+what is installed)."""
+from __future__ import annotations
+
+from app.messages import Progress
+
+RUNNABLE_DRAFTERS = {"draft_model"}  # kinds the engine can load as a separate drafter today
+
+
+def installed_paths(entry):
+    """(target dir, drafter dir or None) when the target is installed and verified, else None.
+    A drafter kind the engine cannot run yet is skipped (prompt lookup drafts instead)."""
+    from engine.hub import is_installed
+
+    target = is_installed(entry.target_repo)
+    if target is None:
+        return None
+    drafter = None
+    if entry.drafter_repo and entry.drafter_kind in RUNNABLE_DRAFTERS:
+        drafter = is_installed(entry.drafter_repo)
+    return target, drafter
+
+
+def download_job(entry):
+    def run(ctx) -> None:
+        from engine.hub import fetch_events
+
+        wants_drafter = bool(entry.drafter_repo) and entry.drafter_kind in ("draft_model", "assistant")
+        options = {"drafter": wants_drafter}
+        if wants_drafter:
+            options["drafter_repo"] = entry.drafter_repo
+        for event in fetch_events(entry.target_repo, ctx.job.cancel_flag, **options):
+            ctx.emit(event)
+
+    return run
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def describe_download_event(event) -> tuple[Progress | None, str]:
+    """(progress to show or None, error message or "") for one engine.hub event."""
+    from engine.hub_events import DownloadFailed, DownloadFinished, DownloadProgress, DownloadStarted
+
+    if isinstance(event, DownloadStarted):
+        return Progress("Downloading", event.bytes_present, event.total_bytes, "bytes",
+                        f"{len(event.files)} files"), ""
+    if isinstance(event, DownloadProgress):
+        rate = f"{event.rate_bps / 1024**2:.1f} MB/s"
+        return Progress("Downloading", event.bytes_done, event.bytes_total, "bytes",
+                        f"{rate} · ETA {_duration(event.eta_s)} · {event.current_file}"), ""
+    if isinstance(event, DownloadFailed):
+        return None, "" if event.kind == "cancelled" else event.error
+    if isinstance(event, DownloadFinished):
+        return Progress("Downloaded", 1, 1), ""
+    return None, ""
