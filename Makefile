@@ -3,14 +3,22 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number iteratively.
 
-.PHONY: setup run test test-fast bench clean
+.PHONY: setup run compare screenshots test test-fast bench clean
 
 setup:
 	@bash scripts/setup.sh
 
-# Until the Qt app lands, `run` shows the headless side-by-side comparison on the default pair.
+# The desktop app, on the default offline pair (found and loaded without any network).
 run: setup
+	$(PY) -m app
+
+# The same comparison without a window.
+compare: setup
 	$(VENV)/bin/tandem compare "$(DEMO_PROMPT)" --max-new-tokens 96
+
+# Screenshots for the README, taken by the app itself on the default pair (offscreen).
+screenshots: setup
+	bash scripts/screenshots.sh
 
 test: setup
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q

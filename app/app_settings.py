@@ -1,7 +1,9 @@
 """What the app remembers between runs (QSettings), behind one enum of keys."""
 from __future__ import annotations
 
+import os
 from enum import Enum
+from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
@@ -23,9 +25,17 @@ class Key(str, Enum):
     MODEL_DRAFTER = "models/drafter_path"
 
 
+def default_qsettings() -> QSettings:
+    """The platform's settings store; under TANDEM_HOME (tests, portable use) an ini file there."""
+    home = os.environ.get("TANDEM_HOME")
+    if home:
+        return QSettings(str(Path(home) / "config" / "settings.ini"), QSettings.Format.IniFormat)
+    return QSettings("Tandem", "Tandem")
+
+
 class AppSettings:
     def __init__(self, settings: QSettings | None = None) -> None:
-        self.q = settings or QSettings("Tandem", "Tandem")
+        self.q = settings or default_qsettings()
 
     def get(self, key: Key, default=None, kind=None):
         value = self.q.value(key.value, default)

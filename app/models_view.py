@@ -47,12 +47,12 @@ def hardware_text(hw) -> str:
     ram_total, ram_free = getattr(hw, "ram_total", 0), getattr(hw, "ram_available", 0)
     if ram_total:
         parts.append(f"RAM {human_bytes(ram_total)} ({human_bytes(ram_free)} free)")
-    cpu = getattr(hw, "cpu_name", "") or getattr(hw, "cpu_model", "")
+    cpu = getattr(hw, "cpu_model", "")
     cores = getattr(hw, "cpu_cores", 0)
     if cpu or cores:
         parts.append(f"CPU {cpu} {cores} cores".replace("  ", " ").strip())
     for gpu in getattr(hw, "gpus", ()) or ():
-        parts.append(f"GPU {gpu.name} {human_bytes(gpu.vram_total)} ({human_bytes(getattr(gpu, 'vram_free', 0))} free)")
+        parts.append(f"GPU {gpu.name} {human_bytes(gpu.total_bytes)} ({human_bytes(gpu.free_bytes)} free)")
     unified = getattr(hw, "unified_memory", 0)
     if unified:
         parts.append(f"Apple unified memory {human_bytes(unified)}")

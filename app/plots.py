@@ -17,6 +17,7 @@ class SpeedPlot(pg.PlotWidget):
         super().__init__(parent)
         self.setMinimumHeight(150)
         self.setLabel("left", "tokens / s")
+        self.getAxis("left").enableAutoSIPrefix(False)  # "0.6 tok/s", not "600 (x0.001)"
         self.setLabel("bottom", "seconds of compute")
         self.showGrid(x=True, y=True, alpha=0.2)
         self.addLegend(offset=(8, 8))

@@ -16,6 +16,10 @@ def monospace() -> QFont:
 
 
 class StreamPane(QTextEdit):
+    def clear(self) -> None:
+        super().clear()
+        self.marked = None
+
     def __init__(self, placeholder: str = "", parent=None) -> None:
         super().__init__(parent)
         self.setReadOnly(True)
@@ -25,6 +29,7 @@ class StreamPane(QTextEdit):
         self._plain = QTextCharFormat()
         self._draft = QTextCharFormat()
         self._draft.setBackground(DRAFT_BACKGROUND)
+        self.marked: tuple[int, int] | None = None
 
     def append_segments(self, segments) -> None:
         """``segments``: objects with ``text`` and ``from_draft`` (engine.token_origin.Segment)."""
@@ -57,8 +62,10 @@ class StreamPane(QTextEdit):
         fmt.setFontWeight(QFont.Weight.Bold)
         fmt.setToolTip(tooltip)
         cursor.mergeCharFormat(fmt)
+        cursor.clearSelection()  # scroll to it without a selection highlight hiding the mark
         self.setTextCursor(cursor)
         self.ensureCursorVisible()
+        self.marked = (offset, end)
 
 
 class _Marker:

@@ -188,6 +188,22 @@ class MainWindow(QMainWindow):
     def load_default(self) -> None:
         self._submit("load", jobs.load_models(None, None, self.demo.controls.precision.currentData()))
 
+    def _load_last_or_default(self, default_ready: bool) -> None:
+        """Reopen what the user had loaded last time; otherwise the bundled offline pair."""
+        from pathlib import Path
+
+        target = self.settings.get(Key.MODEL_TARGET, "") or ""
+        drafter = self.settings.get(Key.MODEL_DRAFTER, "") or ""
+        precision = self.demo.controls.precision.currentData()
+        if target and (Path(target) / "config.json").exists():
+            drafter = drafter if drafter and (Path(drafter) / "config.json").exists() else None
+            self._submit("load", jobs.load_models(target, drafter, precision))
+        elif default_ready:
+            self.load_default()
+        else:
+            self.tabs.setCurrentIndex(0)
+            self.banner.show_error("No model is installed yet: pick one on the Models tab and press Download.")
+
     def load_entry(self, fit) -> None:
         precision = self.demo.controls.precision.currentData()
         if fit is None or fit.entry.id == "default-offline":
@@ -237,9 +253,9 @@ class MainWindow(QMainWindow):
         elif isinstance(payload, MachineReport):
             self.last_report = payload
             self.models.show_report(payload)
-            if self.autoload and self.loaded is None and self.active_job is None and payload.default_pair_ready:
+            if self.autoload and self.loaded is None and self.active_job is None:
                 self.autoload = False
-                self.load_default()
+                self._load_last_or_default(payload.default_pair_ready)
         elif isinstance(payload, ModelLoaded):
             self._loaded(payload)
         elif isinstance(payload, JobFailed):

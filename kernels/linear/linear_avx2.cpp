@@ -105,5 +105,7 @@ torch::Tensor linear_bf16w(torch::Tensor x, torch::Tensor w, c10::optional<torch
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear_bf16w", &linear_bf16w, "bf16-weight linear, fp32 accumulation, batch-invariant");
+  // Release the GIL while computing: the Qt window's thread must keep running during a step.
+  m.def("linear_bf16w", &linear_bf16w, "bf16-weight linear, fp32 accumulation, batch-invariant",
+        py::call_guard<py::gil_scoped_release>());
 }

@@ -91,7 +91,7 @@ def test_fast_mode_differences_are_explained(qtbot, make_window):
     else:
         assert f"token {result.divergence.position + 1}" in label.text()
         assert "gap" in label.toolTip()
-        assert window.demo.panes["plain"].textCursor().hasSelection()
+        assert window.demo.panes["plain"].marked is not None and window.demo.panes["speculative"].marked is not None
 
 
 def test_errors_show_in_the_window(qtbot, make_window, tmp_path):
