@@ -252,6 +252,6 @@ class ChatView(QWidget):
         if not parts:
             parts.append("<p style='color:#888'>Start a conversation. Replies use speculative decoding: "
                          "same text as the model alone, sooner.</p>")
-        self.transcript.setHtml("".join(parts))
+        self.transcript.setHtml("<div style='height:6px'></div>".join(parts))
         bar = self.transcript.verticalScrollBar()
         bar.setValue(bar.maximum())
