@@ -1,0 +1,604 @@
+"""The model catalog: which targets Tandem offers, with which drafter, and the architecture facts
+that memory estimates need. The data lives in resources/catalog.json; this module reads it.
+
+A config.json at hand (a local model folder, Tandem's converted default pair, or the Hugging Face
+cache — never the network) wins over the catalog: ``load_catalog()`` applies it, falling back to
+catalog values for fields the config lacks. A model outside the catalog can be described from its
+config alone (``entry_from_config``); an architecture we don't know is estimated conservatively
+(every layer keeps full-length K/V) and flagged, never guessed silently.
+
+No torch here: the app reads the catalog on the GUI thread.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import struct
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from engine.paths import RESOURCES, cache_dir
+
+log = logging.getLogger(__name__)
+
+CATALOG_PATH = RESOURCES / "catalog.json"
+DrafterKind = Literal["draft_model", "assistant", "mtp", "lookup"]
+DRAFTER_KINDS = ("draft_model", "assistant", "mtp", "lookup")
+
+# Bits per weight. int8 / int4 are the GGUF block formats Q8_0 (32 weights + one fp16 scale =
+# 34 bytes) and Q4_0 (16 bytes of nibbles + one fp16 scale = 18 bytes): 8.5 and 4.5 bits.
+PRECISION_BITS: dict[str, float] = {"fp32": 32, "bf16": 16, "fp16": 16, "int8": 8.5, "int4": 4.5}
+# The app's two modes (engine/settings.py): exact = fp32, fast = 16-bit.
+PRECISION_ALIASES = {"exact": "fp32", "fast": "bf16", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+DEFAULT_PRECISIONS = ("bf16", "fp32", "int8", "int4")
+# Prompt lookup needs no model; its gain depends on how much the output repeats the prompt
+# (large for edits and rewrites, small for prose).
+LOOKUP_SPEEDUP_PRIOR = (1.0, 1.6)
+
+# model_types whose configs we know how to read: anything else is estimated conservatively.
+KNOWN_MODEL_TYPES = {
+    "llama", "mistral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "mixtral", "phi3", "gemma", "gemma2",
+    "gemma3", "gemma3_text", "gemma4", "gemma4_text", "gemma4_assistant", "glm4_moe", "deepseek_v3",
+}
+
+
+class CatalogError(ValueError):
+    """The catalog file itself is wrong (a bug in resources/catalog.json, not in user input)."""
+
+
+class ConfigError(ValueError):
+    """A model config.json that does not say enough to estimate memory at all."""
+
+
+def canonical_precision(precision: str) -> str:
+    name = PRECISION_ALIASES.get(precision.lower(), precision.lower())
+    if name not in PRECISION_BITS:
+        raise ValueError(f"unknown precision {precision!r}; choose from {', '.join([*PRECISION_BITS, 'exact', 'fast'])}")
+    return name
+
+
+def weight_bytes(params: int, precision: str) -> int:
+    return math.ceil(params * PRECISION_BITS[canonical_precision(precision)] / 8)
+
+
+@dataclass(frozen=True)
+class AttentionGroup:
+    """Layers that store K/V of one shape. window None: full attention (K/V for every token)."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    window: int | None = None
+
+    def kv_bytes(self, context: int, dtype_bytes: float) -> int:
+        tokens = context if self.window is None else min(context, self.window)
+        return int(2 * self.layers * self.kv_heads * self.head_dim * tokens * dtype_bytes)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """Facts about one model that memory depends on. ``full`` and ``sliding`` count only layers
+    that store K/V; ``kv_shared_layers`` reuse another layer's and store none."""
+
+    model_type: str
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    full: AttentionGroup
+    sliding: AttentionGroup | None = None
+    intermediate_size: int | None = None
+    attention_heads: int | None = None
+    max_context: int | None = None
+    kv_shared_layers: int = 0
+    tie_word_embeddings: bool = True
+    source: str = "catalog"  # "catalog", "config.json", or a path
+    conservative: bool = False
+    notes: tuple[str, ...] = ()
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.full.layers
+
+    @property
+    def sliding_window_layers(self) -> int:
+        return self.sliding.layers if self.sliding else 0
+
+    @property
+    def sliding_window(self) -> int | None:
+        return self.sliding.window if self.sliding else None
+
+    @property
+    def kv_heads(self) -> int:
+        return self.full.kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.full.head_dim
+
+    def kv_bytes(self, context: int, dtype_bytes: float) -> int:
+        """K/V cache for ``context`` tokens: 2 (K and V) x layers x kv_heads x head_dim x bytes per
+        token, sliding-window layers holding at most their window."""
+        groups = [self.full] + ([self.sliding] if self.sliding else [])
+        return sum(g.kv_bytes(context, dtype_bytes) for g in groups)
+
+    def prefill_kv_bytes(self, tokens: int, dtype_bytes: float) -> int:
+        """K/V held right after feeding ``tokens`` tokens in one pass: transformers' sliding-window
+        cache keeps a view into that pass's whole K/V until the next step, so for that moment
+        sliding layers hold every token too."""
+        unbounded = [replace(g, window=None) for g in (self.full, self.sliding) if g]
+        return sum(g.kv_bytes(tokens, dtype_bytes) for g in unbounded)
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    """A target and its drafter. ``target_params`` / ``drafter_params`` are totals as loaded;
+    for an "mtp" drafter the heads are part of the target (drafter_params 0), for "lookup" there
+    is no drafter model at all."""
+
+    id: str
+    name: str
+    family: str
+    target_repo: str
+    drafter_repo: str | None
+    drafter_kind: str
+    target_params: int
+    drafter_params: int
+    license: str
+    gated: bool
+    speedup_prior: tuple[float, float]
+    target_arch: Architecture
+    drafter_arch: Architecture | None = None
+    precisions: tuple[str, ...] = DEFAULT_PRECISIONS
+    source: str = "hub"  # "hub", "pypi" (the offline default pair) or "local"
+    target_local: str | None = None  # folder name under Tandem's cache (pypi entries)
+    drafter_local: str | None = None
+    download_bytes: int | None = None
+    notes: tuple[str, ...] = field(default=(), compare=False)
+
+    # The target's architecture facts, flat, for callers that only care about the target.
+    @property
+    def num_layers(self) -> int:
+        return self.target_arch.num_layers
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.target_arch.full_attention_layers
+
+    @property
+    def sliding_window_layers(self) -> int:
+        return self.target_arch.sliding_window_layers
+
+    @property
+    def sliding_window(self) -> int | None:
+        return self.target_arch.sliding_window
+
+    @property
+    def kv_heads(self) -> int:
+        return self.target_arch.kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.target_arch.head_dim
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target_arch.vocab_size
+
+    @property
+    def hidden_size(self) -> int:
+        return self.target_arch.hidden_size
+
+    @property
+    def max_context(self) -> int | None:
+        return self.target_arch.max_context
+
+    @property
+    def conservative(self) -> bool:
+        return self.target_arch.conservative or bool(self.drafter_arch and self.drafter_arch.conservative)
+
+    def weight_bytes(self, precision: str) -> int:
+        return weight_bytes(self.target_params, precision)
+
+    def drafter_weight_bytes(self, precision: str) -> int:
+        return weight_bytes(self.drafter_params, precision) if self.drafter_kind in ("draft_model", "assistant") else 0
+
+    @property
+    def precision_sizes(self) -> dict[str, int]:
+        """Target weight bytes for each precision this entry offers."""
+        return {p: self.weight_bytes(p) for p in self.precisions}
+
+
+# -- reading the catalog -----------------------------------------------------------------------
+
+
+def _require(record: dict, key: str, where: str, kind: type = int):
+    if key not in record:
+        raise CatalogError(f"catalog {where}: missing {key!r}")
+    value = record[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise CatalogError(f"catalog {where}: {key!r} must be {kind.__name__}, not {value!r}")
+    return value
+
+
+def _group(data: dict, where: str) -> AttentionGroup:
+    return AttentionGroup(
+        layers=_require(data, "layers", where),
+        kv_heads=_require(data, "kv_heads", where),
+        head_dim=_require(data, "head_dim", where),
+        window=data.get("window"),
+    )
+
+
+def _architecture(repo: str, record: dict) -> Architecture:
+    where = f"model {repo}"
+    attention = _require(record, "attention", where, dict)
+    if "full" not in attention:
+        raise CatalogError(f"catalog {where}: attention needs a 'full' group")
+    sliding = _group(attention["sliding"], where + " sliding") if "sliding" in attention else None
+    if sliding and not sliding.window:
+        raise CatalogError(f"catalog {where}: a sliding group needs a window")
+    source = record.get("source")
+    return Architecture(
+        model_type=_require(record, "model_type", where, str),
+        num_layers=_require(record, "layers", where),
+        hidden_size=_require(record, "hidden_size", where),
+        vocab_size=_require(record, "vocab_size", where),
+        full=_group(attention["full"], where + " full"),
+        sliding=sliding,
+        intermediate_size=record.get("intermediate_size"),
+        attention_heads=record.get("heads"),
+        max_context=record.get("max_context"),
+        kv_shared_layers=record.get("kv_shared_layers", 0),
+        tie_word_embeddings=record.get("tie_word_embeddings", True),
+        source="catalog",
+        notes=(source,) if source else (),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _read(path: str) -> tuple[CatalogEntry, ...]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CatalogError(f"cannot read the model catalog {path}: {exc}") from exc
+    models = data.get("models")
+    if not isinstance(models, dict) or not isinstance(data.get("entries"), list):
+        raise CatalogError(f"{path}: expected 'models' (object) and 'entries' (list)")
+    entries = []
+    seen: set[str] = set()
+    for raw in data["entries"]:
+        where = f"entry {raw.get('id', '?')}"
+        entry_id = _require(raw, "id", where, str)
+        if entry_id.lower() in seen:
+            raise CatalogError(f"catalog: duplicate id {entry_id!r}")
+        seen.add(entry_id.lower())
+        kind = _require(raw, "drafter_kind", where, str)
+        if kind not in DRAFTER_KINDS:
+            raise CatalogError(f"catalog {where}: drafter_kind must be one of {DRAFTER_KINDS}, not {kind!r}")
+        target_repo = _require(raw, "target", where, str)
+        if target_repo not in models:
+            raise CatalogError(f"catalog {where}: target {target_repo!r} is not described under 'models'")
+        target = models[target_repo]
+        drafter_repo = raw.get("drafter")
+        if (drafter_repo is None) != (kind in ("mtp", "lookup")):
+            raise CatalogError(f"catalog {where}: a {kind} drafter {'has no' if kind in ('mtp', 'lookup') else 'needs a'} drafter repo")
+        drafter = models.get(drafter_repo) if drafter_repo else None
+        if drafter_repo and drafter is None:
+            raise CatalogError(f"catalog {where}: drafter {drafter_repo!r} is not described under 'models'")
+        low, high = _require(raw, "speedup_prior", where, list)
+        notes = tuple(n for n in (raw.get("speedup_note"),) if n)
+        entries.append(
+            CatalogEntry(
+                id=entry_id,
+                name=_require(raw, "name", where, str),
+                family=_require(raw, "family", where, str),
+                target_repo=target_repo,
+                drafter_repo=drafter_repo,
+                drafter_kind=kind,
+                target_params=_require(target, "params", f"model {target_repo}"),
+                drafter_params=drafter["params"] if drafter else 0,
+                license=target.get("license", "unknown"),
+                # Using the pair needs access to both checkpoints.
+                gated=bool(target.get("gated")) or bool(drafter and drafter.get("gated")),
+                speedup_prior=(float(low), float(high)),
+                target_arch=_architecture(target_repo, target),
+                drafter_arch=_architecture(drafter_repo, drafter) if drafter else None,
+                precisions=tuple(target.get("precisions", DEFAULT_PRECISIONS)),
+                source=raw.get("source", "hub"),
+                target_local=target.get("local_name"),
+                drafter_local=drafter.get("local_name") if drafter else None,
+                download_bytes=target.get("download_bytes"),
+                notes=notes,
+            )
+        )
+    return tuple(entries)
+
+
+def load_catalog(path: Path | None = None, local_configs: bool = True) -> list[CatalogEntry]:
+    """Every catalog entry, in catalog order. With ``local_configs``, config.json files and
+    safetensors headers found on this machine override the catalog's numbers."""
+    entries = list(_read(str(path or CATALOG_PATH)))
+    return [with_local_config(e) for e in entries] if local_configs else entries
+
+
+def find_entry(id_or_repo: str, entries: list[CatalogEntry] | None = None) -> CatalogEntry | None:
+    """The entry whose id or target repo is ``id_or_repo`` (case-insensitive), else None."""
+    key = id_or_repo.strip().lower()
+    for entry in entries if entries is not None else load_catalog():
+        if key in (entry.id.lower(), entry.target_repo.lower()):
+            return entry
+    return None
+
+
+# -- config.json at hand -----------------------------------------------------------------------
+
+
+def local_model_dir(repo: str | None, local_name: str | None = None) -> Path | None:
+    """A folder on this machine holding ``repo``'s config.json: Tandem's converted copy
+    (``local_name``), a path given as the repo, or the Hugging Face cache's snapshot. Never
+    touches the network."""
+    if local_name:
+        folder = cache_dir() / "models" / local_name
+        if (folder / "config.json").is_file():
+            return folder
+    if not repo:
+        return None
+    path = Path(repo).expanduser()
+    if path.is_absolute() or repo.startswith("."):
+        return path if (path / "config.json").is_file() else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo, "config.json")
+    except Exception as exc:  # an odd repo name or cache layout: no config, not an error
+        log.debug("no cached config for %s: %s", repo, exc)
+        return None
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def read_config(folder: Path) -> dict | None:
+    try:
+        data = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        log.warning("ignoring unreadable %s: %s", folder / "config.json", exc)
+        return None
+    return data if isinstance(data, dict) else None
+
+
+_FLOAT_DTYPES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def safetensors_params(folder: Path) -> int | None:
+    """Parameter count from the safetensors headers in ``folder`` (reads a few KB per file).
+    None when there are none, or when weights are stored quantized (packed integer tensors do
+    not count parameters)."""
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                (length,) = struct.unpack("<Q", f.read(8))
+                if length > 100_000_000:
+                    return None
+                header = json.loads(f.read(length))
+        except (OSError, struct.error, json.JSONDecodeError, UnicodeDecodeError):
+            return None
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            if info.get("dtype") not in _FLOAT_DTYPES:
+                return None
+            total += math.prod(info.get("shape", []))
+    return total or None
+
+
+def _text_config(config: dict) -> dict:
+    """Multimodal checkpoints (Gemma 3/4) keep the language model's numbers in text_config."""
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        merged = {k: v for k, v in config.items() if k != "text_config"}
+        merged.update(text)
+        return merged
+    return config
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def architecture_from_config(config: dict, fallback: Architecture | None = None, source: str = "config.json") -> Architecture:
+    """Architecture facts from a transformers config.json. Fields it lacks come from
+    ``fallback`` (the catalog's), noted; without a fallback, a model type we don't know or
+    missing attention fields give a conservative estimate (every layer full attention, K/V
+    heads = attention heads), flagged; missing sizes raise ConfigError."""
+    if not isinstance(config, dict):
+        raise ConfigError(f"{source}: a config must be a JSON object, not {type(config).__name__}")
+    cfg = _text_config(config)
+    notes: list[str] = []
+    conservative = False
+    model_type = str(cfg.get("model_type") or config.get("model_type") or "unknown")
+
+    def size(*keys: str, fallback_value: int | None = None) -> int | None:
+        for key in keys:
+            value = _int(cfg.get(key))
+            if value:
+                return value
+        if fallback_value is not None:
+            notes.append(f"{source} lacks {keys[0]}; catalog value {fallback_value} used")
+        return fallback_value
+
+    fb = fallback
+    layers = size("num_hidden_layers", "n_layer", "num_layers", fallback_value=fb and fb.num_layers)
+    hidden = size("hidden_size", "n_embd", "d_model", fallback_value=fb and fb.hidden_size)
+    vocab = size("vocab_size", "padded_vocab_size", fallback_value=fb and fb.vocab_size)
+    missing = [k for k, v in (("num_hidden_layers", layers), ("hidden_size", hidden), ("vocab_size", vocab)) if not v]
+    if missing:
+        raise ConfigError(f"{source} ({model_type}) lacks {', '.join(missing)}: cannot estimate its memory")
+    heads = size("num_attention_heads", "n_head", "num_heads")
+    kv_heads = size("num_key_value_heads", "num_kv_heads", "n_head_kv")
+    if kv_heads is None and cfg.get("multi_query"):
+        kv_heads = 1
+    if kv_heads is None:
+        if fb:
+            kv_heads = fb.full.kv_heads if fb.sliding is None else fb.sliding.kv_heads
+            notes.append(f"{source} lacks num_key_value_heads; catalog value {kv_heads} used")
+        elif heads:
+            # transformers' own default: no separate K/V head count means one K/V head per query head.
+            kv_heads = heads
+            if model_type not in KNOWN_MODEL_TYPES:
+                conservative = True
+        else:
+            raise ConfigError(f"{source} ({model_type}) lacks num_attention_heads and num_key_value_heads")
+    head_dim = size("head_dim")
+    if head_dim is None:
+        if fb:
+            head_dim = fb.sliding.head_dim if fb.sliding else fb.full.head_dim
+            notes.append(f"{source} lacks head_dim; catalog value {head_dim} used")
+        elif heads:
+            head_dim = hidden // heads  # transformers' default for every model that has no head_dim
+        else:
+            raise ConfigError(f"{source} ({model_type}) lacks num_attention_heads and head_dim")
+
+    if model_type not in KNOWN_MODEL_TYPES and not fb:
+        conservative = True
+        notes.append(f"unknown architecture {model_type!r}: estimated as if every layer kept full-length K/V")
+
+    # Which layers store K/V, and of what shape.
+    layer_types = cfg.get("layer_types")
+    if not (isinstance(layer_types, list) and len(layer_types) == layers and all(isinstance(t, str) for t in layer_types)):
+        if layer_types is not None:
+            notes.append(f"{source}: layer_types unreadable; all layers taken as full attention")
+        layer_types = ["full_attention"] * layers
+    window = _int(cfg.get("sliding_window")) or _int(cfg.get("attention_chunk_size"))
+    if conservative or not window:
+        layer_types = ["full_attention"] * layers  # without a window a layer keeps every token
+    shared = _int(cfg.get("num_kv_shared_layers")) or 0
+    if "gemma4_assistant" in (model_type, config.get("model_type")):
+        shared = layers  # it reads the target's K/V in every layer (transformers enforces this)
+    shared = 0 if conservative else min(shared, layers)
+    storing = layer_types[: layers - shared]
+
+    # K/V shape per storing layer. Gemma 4 full-attention layers have their own head size and,
+    # with attention_k_eq_v, their own K/V head count: configs saved by transformers list them
+    # per layer (per_layer_config), published ones as global_head_dim / num_global_key_value_heads.
+    per_layer = cfg.get("per_layer_config") if isinstance(cfg.get("per_layer_config"), dict) else {}
+    full_kv, full_dim = kv_heads, head_dim
+    if model_type.startswith("gemma4") and not per_layer:
+        full_dim = _int(cfg.get("global_head_dim")) or 512
+        if cfg.get("attention_k_eq_v", True) and _int(cfg.get("num_global_key_value_heads")):
+            full_kv = cfg["num_global_key_value_heads"]
+    shapes: dict[str, list[tuple[int, int]]] = {"full": [], "sliding": []}
+    for i, kind in enumerate(storing):
+        group = "sliding" if kind in ("sliding_attention", "chunked_attention") else "full"
+        override = per_layer.get(str(i)) or per_layer.get(i) or {}
+        default = (full_kv, full_dim) if group == "full" else (kv_heads, head_dim)
+        shapes[group].append((_int(override.get("num_key_value_heads")) or default[0], _int(override.get("head_dim")) or default[1]))
+    # In-checkpoint MTP layers (GLM-4.5, DeepSeek-V3) keep K/V of their own when drafting.
+    shapes["full"] += [(kv_heads, head_dim)] * (_int(cfg.get("num_nextn_predict_layers")) or 0)
+
+    def group_of(name: str, window: int | None = None) -> AttentionGroup | None:
+        found = shapes[name]
+        if not found:
+            return None
+        if len(set(found)) > 1:
+            notes.append(f"{source}: {name}-attention layers differ in K/V shape; the largest is assumed for all")
+        kv, dim = max(found, key=lambda s: s[0] * s[1])
+        return AttentionGroup(len(found), kv, dim, window)
+
+    full = group_of("full") or AttentionGroup(0, full_kv, full_dim)
+    sliding = group_of("sliding", window)
+    if sliding is None and fb is not None and fb.sliding is not None and not conservative:
+        notes.append(f"{source} does not say which layers use a sliding window; all taken as full attention")
+    return Architecture(
+        model_type=model_type,
+        num_layers=layers,
+        hidden_size=hidden,
+        vocab_size=vocab,
+        full=full,
+        sliding=sliding,
+        intermediate_size=_int(cfg.get("intermediate_size")) or (fb.intermediate_size if fb else None),
+        attention_heads=heads or (fb.attention_heads if fb else None),
+        max_context=_int(cfg.get("max_position_embeddings")) or (fb.max_context if fb else None),
+        kv_shared_layers=shared,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", fb.tie_word_embeddings if fb else True)),
+        source=source,
+        conservative=conservative,
+        notes=tuple(notes),
+    )
+
+
+def estimate_params(arch: Architecture, config: dict | None = None) -> int:
+    """Parameter count of a dense decoder from its shape (plus experts when the config has them),
+    for a model we have neither in the catalog nor as safetensors. An estimate, said so by callers."""
+    cfg = _text_config(config or {})
+    h, v, n = arch.hidden_size, arch.vocab_size, arch.num_layers
+    heads = arch.attention_heads or max(1, h // max(arch.head_dim, 1))
+    q = heads * arch.head_dim
+    kv = arch.kv_heads * arch.head_dim
+    inter = arch.intermediate_size or 4 * h
+    experts = _int(cfg.get("num_experts")) or _int(cfg.get("n_routed_experts")) or _int(cfg.get("num_local_experts")) or 0
+    moe_inter = _int(cfg.get("moe_intermediate_size")) or inter
+    mlp = 3 * h * (experts * moe_inter if experts else inter)
+    per_layer = 2 * h * q + 2 * h * kv + mlp + 2 * h
+    embeddings = v * h * (1 if arch.tie_word_embeddings else 2)
+    return embeddings + n * per_layer + h
+
+
+def with_local_config(entry: CatalogEntry) -> CatalogEntry:
+    """``entry`` with the numbers of any config.json / safetensors found on this machine."""
+    updates: dict[str, Any] = {}
+    notes = list(entry.notes)
+    for role, repo, local, arch_key, params_key in (
+        ("target", entry.target_repo, entry.target_local, "target_arch", "target_params"),
+        ("drafter", entry.drafter_repo, entry.drafter_local, "drafter_arch", "drafter_params"),
+    ):
+        folder = local_model_dir(repo, local)
+        if folder is None:
+            continue
+        config = read_config(folder)
+        if config is None:
+            continue
+        try:
+            arch = architecture_from_config(config, getattr(entry, arch_key), source=str(folder / "config.json"))
+        except ConfigError as exc:
+            notes.append(f"{role}: {exc}; catalog values kept")
+            continue
+        updates[arch_key] = arch
+        params = safetensors_params(folder)
+        if params:
+            updates[params_key] = params
+        notes.append(f"{role}: numbers from {folder}")
+    if not updates:
+        return entry
+    return replace(entry, notes=tuple(notes), **updates)
+
+
+def entry_from_config(repo: str, config: dict, params: int | None = None, name: str | None = None) -> CatalogEntry:
+    """A catalog entry for a model we don't list, drafted by prompt lookup (the fallback that
+    needs no drafter model). ``params`` defaults to the safetensors count or an estimate."""
+    arch = architecture_from_config(config, source=f"{repo} config.json")
+    notes = list(arch.notes)
+    if params is None:
+        params = estimate_params(arch, config)
+        notes.append("parameter count estimated from the config's shape")
+    return CatalogEntry(
+        id=repo.lower().replace("/", "--"),
+        name=name or repo.rsplit("/", 1)[-1],
+        family=arch.model_type,
+        target_repo=repo,
+        drafter_repo=None,
+        drafter_kind="lookup",
+        target_params=params,
+        drafter_params=0,
+        license="unknown",
+        gated=False,
+        speedup_prior=LOOKUP_SPEEDUP_PRIOR,
+        target_arch=arch,
+        source="local",
+        notes=tuple(notes),
+    )

@@ -1,0 +1,312 @@
+"""How much memory a catalog entry needs, whether it fits a machine, and what to recommend.
+
+An estimate has four parts (bytes):
+
+    weights    target parameters x bytes per parameter of the precision
+    kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
+               per token, sliding-window layers holding at most their window
+    drafter    a separate draft model: its weights and its own K/V cache; a Gemma 4 assistant:
+               weights only (it reads the target's K/V); MTP heads: inside the target (0);
+               prompt lookup: 0
+    overhead   the runtime (Python, torch, transformers, tokenizers), the activations of one
+               prefill pass over the whole prompt (the engine prefills in one pass), the logits
+               of a verification pass, and the CUDA context on a GPU
+
+The overhead constants are measured, not tuned per model: see ``RUNTIME_BYTES`` and
+``TOKENIZER_BYTES_PER_TOKEN`` and the activation model in ``activation_bytes``; tests check the
+whole estimate against the peak RSS of the real default pair (tests/engine/test_memory_fit.py).
+
+No torch here: the app runs this on the GUI thread.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from engine.catalog import Architecture, CatalogEntry, canonical_precision
+from engine.hardware import GB, Hardware
+
+Device = Literal["gpu", "unified", "cpu"]
+Fit = Literal["gpu", "unified", "cpu", "tight", "none"]
+FIT_ORDER: dict[str, int] = {"gpu": 0, "unified": 1, "cpu": 2, "tight": 3, "none": 4}
+
+# Resident memory of the runtime before any model: Python, torch, transformers and their shared
+# libraries, plus the model objects. Measured on Linux x86-64 with torch 2.13 CPU and
+# transformers 5.24: 246 MiB after the imports (168 anonymous + 78 of mapped libraries), ~40 MiB
+# more once a model object exists.
+RUNTIME_BYTES = 300 * 2**20
+# A fast (Rust) tokenizer's parsed vocabulary and merges: 225 MiB for the two Qwen2.5 tokenizers
+# (151,936 tokens each) measured here, ~780 bytes per vocabulary entry.
+TOKENIZER_BYTES_PER_TOKEN = 780
+# torch's CUDA context, cuBLAS workspaces and kernels: VRAM that no tensor accounts for.
+CUDA_CONTEXT_BYTES = 600 * 2**20
+# Headroom a fit keeps free, for the OS, other apps and allocator fragmentation: 10% of the
+# device's budget, at least 0.5 GB. Below that a model still loads but the fit is "tight".
+HEADROOM_FRACTION = 0.10
+HEADROOM_MIN = GB // 2
+# Not counted: converting weights while loading (exact mode's fp32 from the stored bf16) reads
+# each file through clean, file-backed pages that the OS drops under pressure. They show in peak
+# RSS (10,861 MiB loading the default pair in fp32, 9,770 MiB once loaded) but need no memory of
+# their own, unlike memory-mapped bf16 weights, which every token reads and which must stay.
+# Longest verification pass the engine runs: k drafted tokens plus the target's own (k <= 8).
+MAX_VERIFY_ROWS = 9
+# Contexts tried, largest first, when recommending a context length.
+CONTEXT_LADDER = (131072, 65536, 32768, 16384, 8192, 4096, 2048)
+MIN_CONTEXT = 2048
+DEFAULT_CONTEXT = 4096
+
+
+def dtype_bytes(precision: str) -> float:
+    """Bytes per activation / K/V element. Quantized weights still compute and cache in 16 bits."""
+    return 4.0 if canonical_precision(precision) == "fp32" else 2.0
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights: int
+    kv_cache: int
+    drafter: int
+    overhead: int
+    conservative: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.drafter + self.overhead
+
+    def to_dict(self) -> dict[str, int]:
+        return {"weights": self.weights, "kv_cache": self.kv_cache, "drafter": self.drafter, "overhead": self.overhead}
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """``fit``: "gpu" / "unified" / "cpu" = fits there with headroom; "tight" = fits on
+    ``device`` without headroom; "none" = fits nowhere (``device`` is where it came closest).
+    ``available``: the memory budget of ``device`` in bytes."""
+
+    entry: CatalogEntry
+    precision: str
+    context: int
+    device: Device
+    estimate: MemoryEstimate
+    fit: Fit
+    reason: str
+    recommended: bool
+    predicted_speedup: tuple[float, float]
+    available: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        e = self.entry
+        return {
+            "id": e.id,
+            "name": e.name,
+            "family": e.family,
+            "target_repo": e.target_repo,
+            "drafter_repo": e.drafter_repo,
+            "drafter_kind": e.drafter_kind,
+            "target_params": e.target_params,
+            "drafter_params": e.drafter_params,
+            "precision": self.precision,
+            "context": self.context,
+            "device": self.device,
+            "estimate_bytes": {**self.estimate.to_dict(), "total": self.estimate.total},
+            "available_bytes": self.available,
+            "fit": self.fit,
+            "reason": self.reason,
+            "recommended": self.recommended,
+            "predicted_speedup": list(self.predicted_speedup),
+            "conservative": self.estimate.conservative,
+            "license": e.license,
+            "gated": e.gated,
+            "source": e.source,
+        }
+
+
+# -- estimating ------------------------------------------------------------------------------
+
+
+def activation_bytes(arch: Architecture, tokens: int, precision: str, device: Device) -> int:
+    """Peak activations of one forward pass over ``tokens`` tokens.
+
+    The peak is inside an MLP: gate and up projections and their product, T x intermediate each
+    in the activation dtype (3a bytes per element), plus on the CPU in 16-bit mode the fp32
+    output of the fast linear kernel before it is narrowed (4 more bytes); next to it the
+    residual stream and its normalized copy (2a) and RMSNorm's fp32 upcast (4) per hidden unit.
+    Attention on CPU and GPU uses fused SDPA kernels whose memory grows with T, not T^2.
+    Measured for Qwen2.5-Coder-1.5B, bf16, CPU: 93 MiB at 1,020 tokens; this gives 99 MiB."""
+    a = dtype_bytes(precision)
+    inter = arch.intermediate_size or 4 * arch.hidden_size
+    staging = 4 if device == "cpu" and a == 2 else 0
+    per_token = inter * (3 * a + staging) + arch.hidden_size * (2 * a + 4)
+    # Right after a prefill longer than the window, sliding layers still hold all of its K/V.
+    transient_kv = arch.prefill_kv_bytes(tokens, a) - arch.kv_bytes(tokens, a)
+    return int(tokens * per_token) + transient_kv
+
+
+def _logits_bytes(vocab: int, precision: str) -> int:
+    # A verification pass returns k+1 rows of logits, upcast to fp32 for sampling.
+    return int(MAX_VERIFY_ROWS * vocab * (dtype_bytes(precision) + 4))
+
+
+def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int = DEFAULT_CONTEXT, device: Device = "cpu") -> MemoryEstimate:
+    """Bytes needed to run ``entry`` with its drafter at ``context`` tokens on ``device``."""
+    if context < 1:
+        raise ValueError(f"context must be at least 1 token, not {context}")
+    precision = canonical_precision(precision)
+    a = dtype_bytes(precision)
+    target = entry.target_arch
+    weights = entry.weight_bytes(precision)
+    kv = target.kv_bytes(context, a)
+
+    drafter = 0
+    drafter_arch = entry.drafter_arch
+    activations = activation_bytes(target, context, precision, device)
+    vocabularies = [target.vocab_size]
+    if entry.drafter_kind == "draft_model":
+        drafter = entry.drafter_weight_bytes(precision)
+        if drafter_arch is not None:
+            drafter += drafter_arch.kv_bytes(context, a)
+            # The drafter prefills the prompt after the target has, so the peaks don't add up.
+            activations = max(activations, activation_bytes(drafter_arch, context, precision, device))
+            vocabularies.append(drafter_arch.vocab_size)
+    elif entry.drafter_kind == "assistant":
+        drafter = entry.drafter_weight_bytes(precision)
+
+    overhead = activations + _logits_bytes(target.vocab_size, precision)
+    if device == "gpu":
+        overhead += CUDA_CONTEXT_BYTES  # the runtime itself lives in host RAM, not VRAM
+    else:
+        overhead += RUNTIME_BYTES + TOKENIZER_BYTES_PER_TOKEN * sum(vocabularies)
+    return MemoryEstimate(weights=weights, kv_cache=kv, drafter=drafter, overhead=overhead, conservative=entry.conservative)
+
+
+# -- fitting ---------------------------------------------------------------------------------
+
+
+def device_budgets(hardware: Hardware) -> list[tuple[Device, int, str]]:
+    """(device, bytes a model may use there, label), best device first."""
+    budgets: list[tuple[Device, int, str]] = []
+    gpu = hardware.best_gpu
+    if gpu is not None:
+        budgets.append(("gpu", gpu.free_bytes, gpu.name))
+    if hardware.is_apple and hardware.gpu_working_set:
+        # Metal keeps a process's GPU memory within the working set, and CPU and GPU share RAM.
+        budgets.append(("unified", min(hardware.gpu_working_set, hardware.ram_available), "unified memory"))
+    budgets.append(("cpu", hardware.ram_available, "RAM"))
+    return budgets
+
+
+def headroom(budget: int) -> int:
+    return max(HEADROOM_MIN, int(budget * HEADROOM_FRACTION))
+
+
+def _gb(n: int) -> str:
+    return f"{n / GB:.1f} GB"
+
+
+def _fits(entry: CatalogEntry, precision: str, context: int, device: Device, budget: int) -> bool:
+    return estimate_memory(entry, precision, context, device).total + headroom(budget) <= budget
+
+
+def _context_for(entry: CatalogEntry, precision: str, device: Device, budget: int) -> int | None:
+    """The longest context from CONTEXT_LADDER (within the model's limit) that fits ``device``
+    with headroom, or None when even the shortest doesn't."""
+    limit = entry.max_context or CONTEXT_LADDER[0]
+    ladder = [c for c in CONTEXT_LADDER if c <= limit] or [limit]
+    return next((c for c in ladder if _fits(entry, precision, c, device, budget)), None)
+
+
+def assess(entry: CatalogEntry, hardware: Hardware, precision: str = "bf16", context: int | None = None) -> FitResult:
+    """Where ``entry`` runs best on ``hardware``: the first device (GPU, unified memory, CPU)
+    where it fits with headroom; else the first where it fits at all ("tight"); else "none".
+    ``context`` None: on the best device where a usable context fits, the longest that does
+    (see ``recommended_context``)."""
+    precision = canonical_precision(precision)
+    budgets = device_budgets(hardware)
+    chosen = None
+    if context is None:
+        for device, budget, label in budgets:
+            found = _context_for(entry, precision, device, budget)
+            if found is not None:
+                context, chosen = found, (device, budget, label, device)
+                break
+        else:
+            context = min(MIN_CONTEXT, entry.max_context or MIN_CONTEXT)
+    elif context < 1:
+        raise ValueError(f"context must be at least 1 token, not {context}")
+    estimates = {device: estimate_memory(entry, precision, context, device) for device, _, _ in budgets}
+    if chosen is None:  # comfortable fits first, best device first
+        chosen = next(((d, b, label, d) for d, b, label in budgets if estimates[d].total + headroom(b) <= b), None)
+    if chosen is None:
+        chosen = next(((d, b, label, "tight") for d, b, label in budgets if estimates[d].total <= b), None)
+    if chosen is None:  # report against the device that came closest
+        device, budget, label = max(budgets, key=lambda b: b[1] - estimates[b[0]].total)
+        chosen = (device, budget, label, "none")
+    device, budget, label, fit = chosen
+    estimate = estimates[device]
+    need = f"needs {_gb(estimate.total)}, {_gb(budget)} free ({label})"
+    if fit == "tight":
+        reason = f"{need}: fits with only {_gb(budget - estimate.total)} to spare"
+    elif fit == "none":
+        reason = f"{need}: does not fit"
+    else:
+        reason = need
+    if estimate.conservative:
+        reason += " (conservative estimate: architecture not fully known)"
+    return FitResult(
+        entry=entry,
+        precision=precision,
+        context=context,
+        device=device,
+        estimate=estimate,
+        fit=fit,
+        reason=reason,
+        recommended=False,
+        predicted_speedup=entry.speedup_prior,
+        available=budget,
+    )
+
+
+def recommended_context(entry: CatalogEntry, hardware: Hardware, precision: str = "bf16") -> int:
+    """The longest context from CONTEXT_LADDER (up to the model's own limit) that fits with
+    headroom on the best device where any does; MIN_CONTEXT when none does. Best device first:
+    a model that fits the GPU at 8k is better run there than on the CPU at 32k."""
+    return assess(entry, hardware, precision, None).context
+
+
+def _rank_key(result: FitResult) -> tuple:
+    # GPU before unified memory before CPU, then the largest model, then the bigger expected gain.
+    low, high = result.predicted_speedup
+    return (FIT_ORDER[result.fit], -result.entry.target_params, -(low + high), result.entry.id)
+
+
+def recommend(entries: Iterable[CatalogEntry], hardware: Hardware, context: int | None = None,
+              precisions: Sequence[str] = ("bf16",)) -> list[FitResult]:
+    """Every entry assessed on ``hardware``, best first; exactly one is marked recommended when
+    anything fits. Each entry is tried in ``precisions`` (in order of preference) and reported in
+    the first one that fits with headroom (or the first, if none does); 16-bit by default, the
+    precision the engine runs fast."""
+    wanted = [canonical_precision(p) for p in precisions]
+    if not wanted:
+        raise ValueError("recommend needs at least one precision")
+    results = []
+    for entry in entries:
+        offered = [p for p in wanted if p in entry.precisions] or wanted[:1]
+        candidates = [assess(entry, hardware, p, context) for p in offered]
+        comfortable = [r for r in candidates if FIT_ORDER[r.fit] < FIT_ORDER["tight"]]
+        results.append(comfortable[0] if comfortable else candidates[0])
+    results.sort(key=_rank_key)
+    for i, result in enumerate(results):
+        if result.fit != "none":
+            results[i] = replace(result, recommended=True)
+            break
+    return results
+
+
+def recommended_result(results: Sequence[FitResult]) -> FitResult | None:
+    return next((r for r in results if r.recommended), None)
+
+
+def human_bytes(n: int) -> str:
+    return f"{n / GB:.1f} GB" if n >= GB // 10 else f"{math.ceil(n / 2**20)} MB"

@@ -1,0 +1,150 @@
+"""Measure what a real load and generation actually use, to check memory_fit's estimates.
+
+Run it in a fresh process (``python -m engine.memory_probe``) so the peak is that of Tandem
+alone, not of a test runner: it loads a target (and optional draft model), feeds a prompt of
+about ``context`` tokens, generates speculatively to the end of that context and prints JSON with
+the resident set size at each stage and the peak. The peak is the kernel's own high-water mark
+(``ru_maxrss``), which catches short spikes that a sampling thread would miss.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import resource
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+log = logging.getLogger(__name__)
+
+_FILLER = (
+    "def merge_sorted(a, b):\n"
+    "    out, i, j = [], 0, 0\n"
+    "    while i < len(a) and j < len(b):\n"
+    "        if a[i] <= b[j]:\n"
+    "            out.append(a[i]); i += 1\n"
+    "        else:\n"
+    "            out.append(b[j]); j += 1\n"
+    "    return out + a[i:] + b[j:]\n\n"
+)
+
+
+class RssSampler:
+    """Samples resident memory in a thread, split into file-backed pages (memory-mapped weights)
+    and anonymous memory (runtime, activations, KV cache), whose peaks ru_maxrss cannot separate."""
+
+    def __init__(self, interval_s: float = 0.01) -> None:
+        import threading
+
+        self._proc = psutil.Process()
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self.peak_rss = self.peak_anon = self.peak_file = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def sample(self) -> tuple[int, int]:
+        info = self._proc.memory_info()
+        shared = getattr(info, "shared", 0)  # Linux: file-backed + shmem resident pages
+        return info.rss - shared, shared
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            anon, shared = self.sample()
+            self.peak_rss = max(self.peak_rss, anon + shared)
+            self.peak_anon = max(self.peak_anon, anon)
+            self.peak_file = max(self.peak_file, shared)
+            self._stop.wait(self._interval)
+
+    def __enter__(self) -> "RssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set size so far (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def long_prompt_ids(session, tokens: int) -> list[int]:
+    """Chat-formatted prompt ids of exactly ``tokens`` tokens: repeated code, then a question."""
+    text = _FILLER * (tokens // 60 + 2)
+    ids = session.tokenizer(text)["input_ids"]
+    tail = session.encode("Continue the file above with a function that merges k sorted lists.")
+    return ids[: max(1, tokens - len(tail))] + tail
+
+
+def measure(target: Path, drafter: Path | None, precision: str, context: int, new_tokens: int, device: str = "cpu") -> dict:
+    from engine.compare import drain
+    from engine.session import Session
+    from engine.settings import DecodeSettings
+
+    proc = psutil.Process()
+    report: dict = {"context": context, "new_tokens": new_tokens, "precision": precision, "device": device}
+    import torch  # noqa: F401  (the runtime baseline: torch + transformers imported, nothing loaded)
+    import transformers  # noqa: F401
+
+    sampler = RssSampler()
+    report["anon_runtime"], _ = sampler.sample()
+    report["rss_runtime"] = proc.memory_info().rss
+    start = time.perf_counter()
+    with sampler:
+        session = Session.load(target, drafter, precision, device)
+    report["load_s"] = round(time.perf_counter() - start, 1)
+    report["rss_loaded"] = proc.memory_info().rss
+    report["anon_loaded"], report["file_loaded"] = sampler.sample()
+    report["peak_after_load"] = peak_rss_bytes()
+    report["load_peak_anon"] = sampler.peak_anon
+    prompt = long_prompt_ids(session, context - new_tokens)
+    settings = DecodeSettings(max_new_tokens=new_tokens)
+    start = time.perf_counter()
+    with RssSampler() as gen_sampler:
+        events = session.speculative(prompt, settings, "model" if drafter else "off")
+        result = drain(events)
+    report["generate_s"] = round(time.perf_counter() - start, 1)
+    report["generate_peak_anon"] = gen_sampler.peak_anon
+    report["generate_peak_file"] = gen_sampler.peak_file
+    report["anon_end"], report["file_end"] = sampler.sample()
+    report["prompt_tokens"] = len(prompt)
+    report["generated_tokens"] = result.stats.new_tokens
+    report["rss_end"] = proc.memory_info().rss
+    report["peak_rss"] = peak_rss_bytes()
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--target", help="model folder (default: the offline default pair's target)")
+    parser.add_argument("--drafter", help="draft model folder (default: the default pair's drafter)")
+    parser.add_argument("--no-drafter", action="store_true")
+    parser.add_argument("--precision", choices=["fast", "exact"], default="fast")
+    parser.add_argument("--context", type=int, default=2048)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    if args.target:
+        target, drafter = Path(args.target), Path(args.drafter) if args.drafter else None
+    else:
+        from engine import default_pair
+
+        found = default_pair.installed_paths()
+        if found is None:
+            print("default model pair not installed: run `tandem setup` first", file=sys.stderr)
+            return 1
+        target, drafter = found
+    if args.no_drafter:
+        drafter = None
+    report = measure(target, drafter, args.precision, args.context, args.new_tokens, args.device)
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

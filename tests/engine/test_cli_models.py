@@ -1,0 +1,91 @@
+"""`tandem models` run as a user runs it: a subprocess of this checkout's engine.cli."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from engine.catalog import load_catalog
+
+from .test_hardware import MACHINES
+
+ROOT = Path(__file__).resolve().parents[2]
+FIELDS = {"id", "target_repo", "drafter_repo", "drafter_kind", "precision", "context", "estimate_bytes", "fit",
+          "reason", "recommended", "predicted_speedup"}
+
+
+def tandem_models(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HF_HUB_CACHE=str(tmp_path / "empty-hf-cache"))  # no cached configs leak in
+    return subprocess.run([sys.executable, "-m", "engine.cli", "models", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def profile(tmp_path, data) -> str:
+    path = tmp_path / "machine.json"
+    path.write_text(json.dumps(data))
+    return str(path)
+
+
+def test_json_for_a_described_gpu_desktop(tmp_path):
+    out = tandem_models(tmp_path, "--json", "--hardware", profile(tmp_path, MACHINES["desktop-gpu-24"]))
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["hardware"]["source"] == "profile"
+    rows = report["models"]
+    assert {r["id"] for r in rows} == {e.id for e in load_catalog(local_configs=False)}
+    for row in rows:
+        assert FIELDS <= set(row), row["id"]
+        assert row["fit"] in {"gpu", "unified", "cpu", "tight", "none"}
+        parts = row["estimate_bytes"]
+        assert set(parts) >= {"weights", "kv_cache", "drafter", "overhead"} and all(v >= 0 for v in parts.values())
+        low, high = row["predicted_speedup"]
+        assert 1.0 <= low < high
+    best = [r for r in rows if r["recommended"]]
+    assert len(best) == 1 and best[0] is rows[0] and best[0]["fit"] == "gpu"
+    by_id = {r["id"]: r for r in rows}
+    assert by_id["glm-4.5-air"]["drafter_kind"] == "mtp" and by_id["glm-4.5-air"]["drafter_repo"] is None
+    assert by_id["gemma-4-31b"]["drafter_repo"] == "google/gemma-4-31B-it-assistant"
+
+
+def test_context_and_precision_options(tmp_path):
+    out = tandem_models(tmp_path, "--json", "--context", "8192", "--precision", "exact",
+                        "--hardware", profile(tmp_path, MACHINES["cpu-32"]))
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["models"]
+    assert {r["context"] for r in rows} == {8192} and {r["precision"] for r in rows} == {"fp32"}
+    assert {r["fit"] for r in rows} <= {"cpu", "tight", "none"}
+
+
+def test_human_table(tmp_path):
+    out = tandem_models(tmp_path, "--hardware", profile(tmp_path, MACHINES["apple-8"]))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "unified memory 8.0 GB" in lines[0]
+    assert any(line.startswith("*  smollm2-1.7b") for line in lines)
+    assert "recommended: SmolLM2 1.7B with HuggingFaceTB/SmolLM2-135M-Instruct" in out.stdout
+    for e in load_catalog(local_configs=False):
+        assert e.id in out.stdout
+
+
+@pytest.mark.parametrize("data, words", [({"ram_gb": "lots"}, "'ram_gb' must be a number"),
+                                         ({"gpus": [{"vram_gb": 8}]}, "missing 'ram_gb'")])
+def test_malformed_profile_is_a_readable_error(tmp_path, data, words):
+    out = tandem_models(tmp_path, "--hardware", profile(tmp_path, data))
+    assert out.returncode == 1
+    assert out.stderr.startswith("tandem: error:") and words in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_missing_profile_file(tmp_path):
+    out = tandem_models(tmp_path, "--hardware", str(tmp_path / "nope.json"))
+    assert out.returncode == 1 and "cannot read hardware profile" in out.stderr
+
+
+def test_this_machine(tmp_path):
+    out = tandem_models(tmp_path, "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["hardware"]["source"] == "detected" and report["hardware"]["ram_total"] > 0
+    assert len(report["models"]) == len(load_catalog(local_configs=False))

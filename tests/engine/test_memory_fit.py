@@ -1,0 +1,354 @@
+"""Memory estimates (checked against real caches and a real load), fits and recommendations."""
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.catalog import architecture_from_config, entry_from_config, find_entry, load_catalog
+from engine.hardware import GB, Hardware
+from engine.memory_fit import (
+    FIT_ORDER,
+    activation_bytes,
+    assess,
+    estimate_memory,
+    headroom,
+    recommend,
+    recommended_context,
+)
+from engine.runner import ModelRunner
+
+from .test_hardware import MACHINES
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def entries():
+    return load_catalog(local_configs=False)
+
+
+def entry(entries, entry_id):
+    found = find_entry(entry_id, entries)
+    assert found is not None, entry_id
+    return found
+
+
+# -- the K/V estimate is the bytes of a real transformers cache --------------------------------
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of every distinct storage the cache's K/V tensors live in (a sliced view keeps its
+    whole storage alive, and that is what memory pays for)."""
+    storages = {}
+    for layer in cache.layers:
+        for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+            if isinstance(t, torch.Tensor) and t.numel():
+                storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+def run_tokens(model, prompt_len: int, steps: int, vocab: int):
+    """Prefill ``prompt_len`` tokens in one pass, then decode ``steps`` tokens one at a time, as
+    the engine does. Returns (runner, bytes right after the prefill)."""
+    runner = ModelRunner(model)
+    gen = torch.Generator().manual_seed(0)
+    runner.forward(torch.randint(0, vocab, (prompt_len,), generator=gen).tolist())
+    after_prefill = cache_bytes(runner.cache)
+    for _ in range(steps):
+        runner.forward([int(torch.randint(0, vocab, (1,), generator=gen))])
+    return runner, after_prefill
+
+
+def tiny_qwen2(sliding: bool):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                         num_key_value_heads=2, max_position_embeddings=256, use_sliding_window=sliding,
+                         sliding_window=8 if sliding else None, max_window_layers=1)
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(config).eval()
+
+
+def tiny_gemma4():
+    """Gemma 4's whole attention layout in miniature: sliding and full layers with different K/V
+    shapes (global_head_dim, attention_k_eq_v with its own K/V head count) and trailing layers
+    that reuse earlier layers' K/V."""
+    from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+    config = Gemma4TextConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=128, num_hidden_layers=7, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+        sliding_window=8, layer_types=["sliding_attention", "sliding_attention", "full_attention"] * 2 + ["full_attention"],
+        num_kv_shared_layers=2, hidden_size_per_layer_input=8, vocab_size_per_layer_input=96, max_position_embeddings=256,
+    )
+    torch.manual_seed(0)
+    return Gemma4ForCausalLM(config).eval()
+
+
+@pytest.mark.parametrize("prompt_len, steps", [(5, 2), (20, 3), (64, 1)])
+@pytest.mark.parametrize("build", ["qwen2", "qwen2-sliding", "gemma4"])
+def test_kv_estimate_equals_a_real_cache(build, prompt_len, steps):
+    model = {"qwen2": lambda: tiny_qwen2(False), "qwen2-sliding": lambda: tiny_qwen2(True), "gemma4": tiny_gemma4}[build]()
+    arch = architecture_from_config(model.config.to_dict())
+    if build != "qwen2":
+        assert arch.sliding is not None and arch.sliding.window == 8  # the case under test
+    runner, after_prefill = run_tokens(model, prompt_len, steps, model.config.vocab_size)
+    dtype_bytes = 4  # float32
+    assert cache_bytes(runner.cache) == arch.kv_bytes(prompt_len + steps, dtype_bytes)
+    assert after_prefill == arch.prefill_kv_bytes(prompt_len, dtype_bytes)
+
+
+def test_published_style_gemma4_config_gives_the_same_kv():
+    # Hub configs give global_head_dim / num_global_key_value_heads instead of per_layer_config.
+    model = tiny_gemma4()
+    config = model.config.to_dict()
+    config.pop("per_layer_config")
+    config.update(global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True)
+    runner, _ = run_tokens(model, 30, 2, 96)
+    assert cache_bytes(runner.cache) == architecture_from_config(config).kv_bytes(32, 4)
+
+
+# -- estimates -------------------------------------------------------------------------------
+
+
+def test_kv_per_token_of_the_default_target(entries):
+    e = entry(entries, "qwen2.5-coder-1.5b")
+    per_token = 2 * 28 * 2 * 128 * 2  # K and V x layers x kv heads x head dim x bf16
+    assert estimate_memory(e, "bf16", 1000).kv_cache == 1000 * per_token
+    assert estimate_memory(e, "fp32", 1000).kv_cache == 2000 * per_token
+
+
+def test_sliding_layers_stop_growing_at_their_window(entries):
+    e = entry(entries, "gemma-4-31b")
+    kv = lambda n: estimate_memory(e, "bf16", n).kv_cache  # noqa: E731
+    full_per_token = 2 * 10 * 4 * 512 * 2
+    assert kv(8192) - kv(4096) == 4096 * full_per_token  # past the 1024 window only full layers grow
+    assert kv(1024) - kv(512) == 512 * (full_per_token + 2 * 50 * 16 * 256 * 2)
+
+
+def test_drafter_memory_by_kind(entries):
+    draft_model = estimate_memory(entry(entries, "qwen3-8b"), "bf16", 4096)
+    drafter_kv = 4096 * 2 * 28 * 8 * 128 * 2
+    assert draft_model.drafter == entry(entries, "qwen3-8b").drafter_params * 2 + drafter_kv
+    assistant = entry(entries, "gemma-4-e4b")
+    assert estimate_memory(assistant, "bf16", 4096).drafter == assistant.drafter_params * 2  # no K/V of its own
+    assert estimate_memory(entry(entries, "glm-4.5-air"), "bf16", 4096).drafter == 0  # MTP: inside the target
+    lookup = replace(entry(entries, "qwen3-8b"), drafter_kind="lookup", drafter_repo=None, drafter_arch=None)
+    assert estimate_memory(lookup, "bf16", 4096).drafter == 0
+
+
+def test_estimate_parts_scale_sensibly(entries):
+    e = entry(entries, "qwen2.5-coder-7b")
+    bf16, fp32, int4 = (estimate_memory(e, p, 4096) for p in ("bf16", "fp32", "int4"))
+    assert fp32.weights == 2 * bf16.weights and int4.weights < bf16.weights / 3
+    assert fp32.overhead > bf16.overhead  # fp32 activations
+    short, long = estimate_memory(e, "bf16", 2048), estimate_memory(e, "bf16", 32768)
+    assert long.kv_cache == 16 * short.kv_cache and long.overhead > short.overhead
+    gpu = estimate_memory(e, "bf16", 4096, "gpu")
+    assert gpu.weights == bf16.weights and gpu.overhead != bf16.overhead  # no host runtime, a CUDA context
+    with pytest.raises(ValueError):
+        estimate_memory(e, "bf16", 0)
+
+
+def test_activation_model_matches_the_measured_prefill(entries):
+    # Measured on this CPU: 93 MiB of activations prefilling 1,020 tokens into Qwen2.5-Coder-1.5B
+    # (bf16, fast kernels); the model must be within 15% of that.
+    measured = 93 * 2**20
+    estimated = activation_bytes(entry(entries, "default-offline").target_arch, 1020, "bf16", "cpu")
+    assert abs(estimated - measured) / measured < 0.15
+
+
+# -- fits and recommendations on described machines -------------------------------------------
+
+
+def machine(name):
+    return Hardware.from_profile(MACHINES[name])
+
+
+def results_for(entries, name, **kwargs):
+    results = recommend(entries, machine(name), **kwargs)
+    by_id = {r.entry.id: r for r in results}
+    best = [r for r in results if r.recommended]
+    assert len(best) == 1, f"{name}: {len(best)} recommended"
+    ranks = [FIT_ORDER[r.fit] for r in results]
+    assert ranks == sorted(ranks), "GPU before unified before CPU before tight before none"
+    return results, by_id, best[0]
+
+
+def test_8gb_apple_laptop(entries):
+    results, by_id, best = results_for(entries, "apple-8")
+    assert best.fit in ("unified", "cpu") and best.entry.target_params < 2.5e9
+    assert all(r.fit == "none" for r in results if r.entry.target_params > 3e9)
+    assert by_id["smollm2-1.7b"].fit == "unified"
+
+
+def test_16gb_laptop_with_an_8gb_gpu(entries):
+    _, by_id, best = results_for(entries, "laptop-16-gpu-8")
+    assert best.fit == "gpu" and best.entry.target_params < 2.5e9
+    assert by_id["qwen2.5-coder-1.5b"].fit == "gpu"
+    assert by_id["qwen2.5-coder-3b"].fit in ("cpu", "tight")  # 6.2 GB weights + drafter: not on 8 GB with headroom
+    assert by_id["qwen2.5-coder-7b"].fit == "none"
+    assert by_id["gemma-4-31b"].fit == "none"
+
+
+def test_24gb_gpu_desktop(entries):
+    _, by_id, best = results_for(entries, "desktop-gpu-24")
+    assert best.fit == "gpu" and 7e9 < best.entry.target_params < 9e9
+    assert best.context >= 4096
+    assert by_id["qwen2.5-coder-7b"].fit == "gpu"
+    assert by_id["qwen2.5-coder-14b"].fit == "none"  # 29.5 GB of bf16 weights
+    assert by_id["default-offline"].fit == "gpu" and by_id["default-offline"].context == 32768
+
+
+def test_64gb_apple_unified_memory(entries):
+    _, by_id, best = results_for(entries, "apple-64")
+    assert best.fit == "unified" and best.entry.target_params > 14e9
+    assert by_id["qwen3-32b"].fit == "none" and by_id["glm-4.5-air"].fit == "none"
+    assert "unified memory" in best.reason
+
+
+def test_cpu_only_32gb(entries):
+    results, by_id, best = results_for(entries, "cpu-32")
+    assert best.fit == "cpu" and 7e9 < best.entry.target_params < 9e9
+    assert {r.fit for r in results} <= {"cpu", "tight", "none"}
+    assert by_id["qwen2.5-coder-14b"].fit == "none"
+
+
+def test_reasons_state_need_and_free_memory(entries):
+    hw = machine("desktop-gpu-24")
+    r = assess(entry(entries, "qwen2.5-coder-7b"), hw, "bf16", 4096)
+    assert r.fit == "gpu" and r.device == "gpu" and r.context == 4096
+    assert r.reason == f"needs {r.estimate.total / GB:.1f} GB, 24.0 GB free (RTX 4090)"
+    none = assess(entry(entries, "glm-4.5-air"), hw, "bf16", 4096)
+    assert none.fit == "none" and none.reason.endswith("does not fit")
+
+
+def test_tight_is_between_fitting_and_not(entries):
+    e = entry(entries, "qwen3-4b")
+    need = estimate_memory(e, "bf16", 4096, "cpu").total
+    comfortable = Hardware.from_profile({"ram_gb": 64, "ram_available_gb": (need + headroom(need) * 2) / GB})
+    tight = Hardware.from_profile({"ram_gb": 64, "ram_available_gb": (need + GB // 10) / GB})
+    short = Hardware.from_profile({"ram_gb": 64, "ram_available_gb": (need - GB // 10) / GB})
+    assert assess(e, comfortable, "bf16", 4096).fit == "cpu"
+    r = assess(e, tight, "bf16", 4096)
+    assert r.fit == "tight" and r.device == "cpu" and "to spare" in r.reason
+    assert assess(e, short, "bf16", 4096).fit == "none"
+
+
+def test_a_model_too_big_for_the_gpu_falls_back_to_the_cpu(entries):
+    hw = Hardware.from_profile({"ram_gb": 64, "gpus": [{"name": "small", "vram_gb": 4}]})
+    r = assess(entry(entries, "qwen3-8b"), hw, "bf16", 4096)
+    assert r.fit == "cpu" and r.device == "cpu"
+
+
+def test_nothing_fits_means_nothing_recommended(entries):
+    results = recommend(entries, Hardware.from_profile({"ram_gb": 2, "ram_available_gb": 1}))
+    assert not any(r.recommended for r in results)
+    assert all(r.fit == "none" for r in results)
+
+
+def test_recommended_context_prefers_the_best_device(entries):
+    hw = machine("laptop-16-gpu-8")
+    e = entry(entries, "qwen2.5-coder-1.5b")
+    context = recommended_context(e, hw)
+    r = assess(e, hw, "bf16", context)
+    assert r.fit == "gpu"  # not a longer context that only the CPU could hold
+    assert 2048 <= context <= e.max_context
+    longer = assess(e, hw, "bf16", context * 2)
+    assert longer.fit != "gpu" or context * 2 > e.max_context
+
+
+def test_explicit_context_is_used_everywhere(entries):
+    results = recommend(entries, machine("cpu-32"), context=8192)
+    assert {r.context for r in results} == {8192}
+
+
+def test_precision_preference(entries):
+    hw = machine("desktop-gpu-24")
+    e = entry(entries, "qwen2.5-coder-32b")
+    [bf16] = recommend([e], hw)
+    assert bf16.fit == "none"
+    [int4] = recommend([e], hw, precisions=("bf16", "int4"))
+    assert int4.precision == "int4" and int4.fit in ("gpu", "tight")
+
+
+def test_unknown_architecture_fit_is_flagged(entries):
+    config = {"model_type": "novelformer", "num_hidden_layers": 24, "hidden_size": 2048, "vocab_size": 32000,
+              "num_attention_heads": 16}
+    r = assess(entry_from_config("someone/novelformer", config), machine("cpu-32"), "bf16", 4096)
+    assert r.estimate.conservative and "conservative estimate" in r.reason
+    assert r.predicted_speedup == (1.0, 1.6)  # prompt lookup
+
+
+def test_result_json_has_the_documented_fields(entries):
+    row = recommend(entries, machine("desktop-gpu-24"))[0].to_dict()
+    assert {"id", "target_repo", "drafter_repo", "drafter_kind", "precision", "context", "estimate_bytes", "fit",
+            "reason", "recommended", "predicted_speedup"} <= set(row)
+    parts = row["estimate_bytes"]
+    assert parts["total"] == parts["weights"] + parts["kv_cache"] + parts["drafter"] + parts["overhead"]
+    json.dumps(row)
+
+
+def test_importing_catalog_and_fit_does_not_import_torch():
+    # The Qt app reads the catalog and fits on its GUI thread, where torch must not load.
+    code = ("import sys; import engine.catalog, engine.memory_fit, engine.hardware as h; "
+            "from engine.catalog import load_catalog; from engine.memory_fit import recommend; "
+            "recommend(load_catalog(), h.Hardware.from_profile({'ram_gb': 16})); "
+            "h.detect_hardware(use_torch=False); "
+            "print(sorted(m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+# -- against a real load -----------------------------------------------------------------------
+
+
+def probe(*args: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "engine.memory_probe", *args], cwd=ROOT, capture_output=True,
+                         text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def default_pair_entry():
+    from engine import default_pair
+
+    if default_pair.installed_paths() is None:
+        pytest.fail("default model pair not installed: run `make setup` first")
+    e = find_entry("default-offline", load_catalog())
+    assert e.target_arch.source != "catalog"  # the converted model's own config and weights
+    return e
+
+
+@pytest.mark.slow
+def test_estimate_is_within_15_percent_of_peak_rss_generating_at_2k(default_pair_entry):
+    measured = probe("--context", "2048", "--new-tokens", "16", "--precision", "fast")
+    assert measured["prompt_tokens"] + measured["generated_tokens"] >= 2000
+    estimate = estimate_memory(default_pair_entry, "bf16", 2048, "cpu")
+    peak = measured["peak_rss"]
+    # Weights are memory-mapped: RSS counts only the pages touched, so embedding rows of tokens
+    # never seen are not in it, while the estimate budgets every weight.
+    print(f"\ndefault pair, bf16, 2k context: estimate {estimate.total / 2**20:.0f} MiB "
+          f"({ {k: round(v / 2**20) for k, v in estimate.to_dict().items()} }), measured peak RSS {peak / 2**20:.0f} MiB "
+          f"(anonymous {measured['generate_peak_anon'] / 2**20:.0f}, mapped files {measured['generate_peak_file'] / 2**20:.0f})")
+    assert abs(estimate.total - peak) / peak <= 0.15
+
+
+@pytest.mark.slow
+def test_estimate_is_within_15_percent_of_peak_rss_loading_in_fp32(default_pair_entry):
+    # Exact mode converts the bf16 files to fp32 while loading. The peak RSS then includes the
+    # file pages being read, which the OS can drop, so the estimate (what must stay resident)
+    # sits below that peak and close to the RSS once loaded.
+    measured = probe("--context", "64", "--new-tokens", "4", "--precision", "exact")
+    estimate = estimate_memory(default_pair_entry, "fp32", 64, "cpu")
+    peak, loaded = measured["peak_rss"], measured["rss_end"]
+    print(f"\ndefault pair, fp32: estimate {estimate.total / 2**20:.0f} MiB, measured peak RSS {peak / 2**20:.0f} MiB, "
+          f"after generating {loaded / 2**20:.0f} MiB")
+    assert abs(estimate.total - peak) / peak <= 0.15
+    assert abs(estimate.total - loaded) / loaded <= 0.05
