@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     window.model_loaded.connect(script.on_loaded)
     window.demo_finished.connect(lambda _: script.done())
     if args.screenshot and not (args.demo or args.chat):
-        QTimer.singleShot(1500, script.done)  # let the picker fill in
+        _when(lambda: window.last_report is not None, script.done)  # the picker has filled in
     if args.screenshot:
         QTimer.singleShot(int(args.timeout * 1000), lambda: script.done(failed="timed out"))
     return app.exec() or script.exit_code

@@ -8,7 +8,8 @@ from PySide6.QtWidgets import (
     QTableWidgetItem, QVBoxLayout, QWidget,
 )
 
-GB = 1024**3
+from engine.memory_fit import human_bytes  # torch-free; one way of writing sizes everywhere
+
 COLUMNS = ["Model", "Parameters", "Memory needed", "Fit", "Drafter", "Drafter kind", "Predicted speedup", "Installed"]
 FIT_LABELS = {
     "gpu": ("Fits on GPU", "#188038"),
@@ -26,10 +27,6 @@ KIND_LABELS = {
 CONTEXTS = [2048, 4096, 8192, 16384, 32768]
 
 
-def human_bytes(n: float) -> str:
-    return f"{n / GB:.1f} GB" if n >= GB / 10 else f"{n / 1024**2:.0f} MB"
-
-
 def human_params(n: int) -> str:
     return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
 
@@ -41,26 +38,20 @@ def speedup_text(value) -> str:
 
 
 def hardware_text(hw) -> str:
+    """One line: RAM, CPU, GPUs or Apple memory, free disk (engine.hardware.Hardware)."""
     if hw is None:
         return "Hardware: unknown"
-    parts = []
-    ram_total, ram_free = getattr(hw, "ram_total", 0), getattr(hw, "ram_available", 0)
-    if ram_total:
-        parts.append(f"RAM {human_bytes(ram_total)} ({human_bytes(ram_free)} free)")
-    cpu = getattr(hw, "cpu_model", "")
-    cores = getattr(hw, "cpu_cores", 0)
-    if cpu or cores:
-        parts.append(f"CPU {cpu} {cores} cores".replace("  ", " ").strip())
-    for gpu in getattr(hw, "gpus", ()) or ():
+    parts = [f"RAM {human_bytes(hw.ram_total)} ({human_bytes(hw.ram_available)} free)"]
+    if hw.cpu_cores:  # a described machine (profile) may not say
+        parts.append(f"CPU {hw.cpu_model} · {hw.cpu_cores} cores")
+    for gpu in hw.gpus:
         parts.append(f"GPU {gpu.name} {human_bytes(gpu.total_bytes)} ({human_bytes(gpu.free_bytes)} free)")
-    unified = getattr(hw, "unified_memory", 0)
-    if unified:
-        parts.append(f"Apple unified memory {human_bytes(unified)}")
-    if not getattr(hw, "gpus", None) and not unified:
-        parts.append("no GPU: runs on the CPU")
-    disk = getattr(hw, "disk_free", 0)
-    if disk:
-        parts.append(f"disk free {human_bytes(disk)}")
+    if hw.unified_memory:
+        parts.append(f"Apple unified memory {human_bytes(hw.unified_memory)}")
+    if not hw.gpus and not hw.unified_memory:
+        parts.append("no GPU: models run on the CPU")
+    if hw.disk_free is not None:
+        parts.append(f"{human_bytes(hw.disk_free)} free disk")
     return " · ".join(parts)
 
 

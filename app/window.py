@@ -322,7 +322,7 @@ class MainWindow(QMainWindow):
         self.cancel_button.setEnabled(state is not UiState.CANCELLING)
         self.models.set_busy(busy)
         if state in (UiState.LOADING, UiState.DOWNLOADING):
-            self._show_progress(Progress(state.value, 0, 0))
+            self._show_progress(Progress("", 0, 0))  # the state label already names it
 
     def _show_progress(self, p: Progress) -> None:
         if not self.progress.isVisible():
@@ -333,11 +333,11 @@ class MainWindow(QMainWindow):
             self.progress.setValue(int(1000 * p.done / p.total))
         else:
             self.progress.setRange(0, 0)  # busy indicator: no honest percentage exists
-        text = p.stage
+        text = p.stage or ""
         if p.unit == "bytes" and p.total:
             text += f" · {human_bytes(p.done)} of {human_bytes(p.total)}"
         if p.detail:
-            text += f" · {p.detail}"
+            text += f" · {p.detail}" if text else p.detail
         self.progress_detail.setText(text)
 
     def _hide_progress(self) -> None:
