@@ -120,6 +120,8 @@ class FitResult:
             "license": e.license,
             "gated": e.gated,
             "source": e.source,
+            # Where the numbers came from, when not the catalog file itself (which cites its sources).
+            "notes": [*e.notes, *(e.target_arch.notes if e.target_arch.source != "catalog" else ())],
         }
 
 
