@@ -25,7 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from engine.catalog import Architecture, CatalogEntry, canonical_precision
+from engine.architecture import Architecture
+from engine.catalog import CatalogEntry, canonical_precision
 from engine.hardware import GB, Hardware
 
 Device = Literal["gpu", "unified", "cpu"]

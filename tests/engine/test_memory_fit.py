@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.catalog import architecture_from_config, entry_from_config, find_entry, load_catalog
+from engine.architecture import architecture_from_config
+from engine.catalog import entry_from_config, find_entry, load_catalog
 from engine.hardware import GB, Hardware
 from engine.memory_fit import (
     FIT_ORDER,
