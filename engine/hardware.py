@@ -45,7 +45,7 @@ class Hardware:
     ram_total: int
     ram_available: int
     cpu_model: str
-    cpu_cores: int
+    cpu_cores: int | None  # physical cores; None when a profile doesn't say
     gpus: tuple[Gpu, ...] = ()
     unified_memory: int | None = None
     gpu_working_set: int | None = None
@@ -166,8 +166,8 @@ def _from_profile(data: Any) -> Hardware:
     if unified is not None:
         working_set = int(working_gb * GB) if working_gb is not None else apple_working_set(unified)
     disk_gb = _number(data, "disk_free_gb")
-    cores = data.get("cpu_cores", 0)
-    if isinstance(cores, bool) or not isinstance(cores, int) or cores < 0:
+    cores = data.get("cpu_cores")
+    if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int) or cores < 1):
         raise HardwareProfileError(f"hardware profile: cpu_cores must be a whole number, not {cores!r}")
     return Hardware(
         ram_total=ram_total,

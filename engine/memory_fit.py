@@ -25,7 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from engine.catalog import Architecture, CatalogEntry, canonical_precision
+from engine.architecture import Architecture
+from engine.catalog import CatalogEntry, canonical_precision
 from engine.hardware import GB, Hardware
 
 Device = Literal["gpu", "unified", "cpu"]
@@ -120,6 +121,8 @@ class FitResult:
             "license": e.license,
             "gated": e.gated,
             "source": e.source,
+            # Where the numbers came from, when not the catalog file itself (which cites its sources).
+            "notes": [*e.notes, *(e.target_arch.notes if e.target_arch.source != "catalog" else ())],
         }
 
 

@@ -10,15 +10,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-import resource
 import sys
 import time
 from pathlib import Path
 
 import psutil
-
-log = logging.getLogger(__name__)
 
 _FILLER = (
     "def merge_sorted(a, b):\n"
@@ -69,6 +65,8 @@ class RssSampler:
 
 def peak_rss_bytes() -> int:
     """This process's peak resident set size so far (Linux reports KiB, macOS bytes)."""
+    import resource  # POSIX only, like this probe
+
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 

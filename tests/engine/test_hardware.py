@@ -17,7 +17,7 @@ MACHINES = {
 
 def test_profiles_describe_the_machines():
     apple = Hardware.from_profile(MACHINES["apple-8"])
-    assert apple.is_apple and apple.ram_total == 8 * GB and apple.gpus == ()
+    assert apple.is_apple and apple.ram_total == 8 * GB and apple.gpus == () and apple.cpu_cores is None
     assert apple.gpu_working_set == 8 * GB * 2 // 3  # Metal's working set on a small Mac
     assert apple.ram_available == 6 * GB  # 8 GB less the 2 GB the OS keeps
     assert Hardware.from_profile(MACHINES["apple-64"]).gpu_working_set == 48 * GB

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.catalog import architecture_from_config, entry_from_config, find_entry, load_catalog
+from engine.architecture import architecture_from_config
+from engine.catalog import entry_from_config, find_entry, load_catalog
 from engine.hardware import GB, Hardware
 from engine.memory_fit import (
     FIT_ORDER,
@@ -282,6 +283,7 @@ def test_unknown_architecture_fit_is_flagged(entries):
     r = assess(entry_from_config("someone/novelformer", config), machine("cpu-32"), "bf16", 4096)
     assert r.estimate.conservative and "conservative estimate" in r.reason
     assert r.predicted_speedup == (1.0, 1.6)  # prompt lookup
+    assert any("unknown architecture 'novelformer'" in n for n in r.to_dict()["notes"])
 
 
 def test_result_json_has_the_documented_fields(entries):
@@ -338,6 +340,13 @@ def test_estimate_is_within_15_percent_of_peak_rss_generating_at_2k(default_pair
           f"({ {k: round(v / 2**20) for k, v in estimate.to_dict().items()} }), measured peak RSS {peak / 2**20:.0f} MiB "
           f"(anonymous {measured['generate_peak_anon'] / 2**20:.0f}, mapped files {measured['generate_peak_file'] / 2**20:.0f})")
     assert abs(estimate.total - peak) / peak <= 0.15
+    # The weights dominate that total; the rest (runtime, tokenizers, activations, K/V) is
+    # anonymous memory, checked on its own. Its measured peak varies from run to run with how
+    # the allocator keeps freed activation buffers (775 to 1,044 MiB seen, 813 estimated), so
+    # this only catches a missing or badly wrong term.
+    drafter_kv = estimate.drafter - default_pair_entry.drafter_weight_bytes("bf16")
+    anonymous = estimate.overhead + estimate.kv_cache + drafter_kv
+    assert abs(anonymous - measured["generate_peak_anon"]) / measured["generate_peak_anon"] <= 0.35
 
 
 @pytest.mark.slow
