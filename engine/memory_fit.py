@@ -2,7 +2,8 @@
 
 An estimate has four parts (bytes):
 
-    weights    target parameters x bytes per parameter of the precision
+    weights    target parameters x bytes per parameter of the precision, less what need not stay
+               resident (an untied input embedding memory-mapped on the CPU: STORED_PRECISION)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
                per token, sliding-window layers holding at most their window
     drafter    a separate draft model: its weights and its own K/V cache; a Gemma 4 assistant:
@@ -26,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from engine.architecture import Architecture
-from engine.catalog import CatalogEntry, canonical_precision
+from engine.catalog import CatalogEntry, canonical_precision, weight_bytes
 from engine.hardware import GB, Hardware
 
 Device = Literal["gpu", "unified", "cpu"]
@@ -47,10 +48,17 @@ CUDA_CONTEXT_BYTES = 600 * 2**20
 # device's budget, at least 0.5 GB. Below that a model still loads but the fit is "tight".
 HEADROOM_FRACTION = 0.10
 HEADROOM_MIN = GB // 2
-# Not counted: converting weights while loading (exact mode's fp32 from the stored bf16) reads
-# each file through clean, file-backed pages that the OS drops under pressure. They show in peak
-# RSS (10,861 MiB loading the default pair in fp32, 9,770 MiB once loaded) but need no memory of
-# their own, unlike memory-mapped bf16 weights, which every token reads and which must stay.
+# What is budgeted is memory that must stay resident: anonymous memory, and weights that every
+# step reads. Clean file-backed pages read once or rarely are not: the OS drops them under
+# pressure and reads them again. Two cases matter:
+# - Converting weights while loading (exact mode's fp32 from the stored bf16) reads each file
+#   once. Those pages show in peak RSS (10,861 MiB loading the default pair in fp32, 9,770 MiB
+#   once loaded) but need no memory of their own.
+# - On the CPU in the stored dtype the checkpoint stays memory-mapped, and an untied input
+#   embedding is read one row per token. Generating at 2k context, 598 of the default pair's
+#   705 MiB of input embeddings never became resident (3,993 of 4,591 MiB of weights were).
+# Checkpoints are stored in bf16 (the Hub's safetensors; the offline pair as converted).
+STORED_PRECISION = "bf16"
 # Longest verification pass the engine runs: k drafted tokens plus the target's own (k <= 8).
 MAX_VERIFY_ROWS = 9
 # Contexts tried, largest first, when recommending a context length.
@@ -147,6 +155,16 @@ def activation_bytes(arch: Architecture, tokens: int, precision: str, device: De
     return int(tokens * per_token) + transient_kv
 
 
+def resident_weight_bytes(params: int, arch: Architecture | None, precision: str, device: Device) -> int:
+    """Weight bytes that must stay in memory (see STORED_PRECISION): all of them, except an
+    untied input embedding memory-mapped on the CPU."""
+    total = weight_bytes(params, precision)
+    mapped = device == "cpu" and canonical_precision(precision) == STORED_PRECISION
+    if mapped and arch is not None and not arch.tie_word_embeddings:
+        total -= weight_bytes(arch.vocab_size * arch.hidden_size, precision)
+    return total
+
+
 def _logits_bytes(vocab: int, precision: str) -> int:
     # A verification pass returns k+1 rows of logits, upcast to fp32 for sampling.
     return int(MAX_VERIFY_ROWS * vocab * (dtype_bytes(precision) + 4))
@@ -159,7 +177,7 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     precision = canonical_precision(precision)
     a = dtype_bytes(precision)
     target = entry.target_arch
-    weights = entry.weight_bytes(precision)
+    weights = resident_weight_bytes(entry.target_params, target, precision, device)
     kv = target.kv_bytes(context, a)
 
     drafter = 0
@@ -167,7 +185,7 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     activations = activation_bytes(target, context, precision, device)
     vocabularies = [target.vocab_size]
     if entry.drafter_kind == "draft_model":
-        drafter = entry.drafter_weight_bytes(precision)
+        drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, precision, device)
         if drafter_arch is not None:
             drafter += drafter_arch.kv_bytes(context, a)
             # The drafter prefills the prompt after the target has, so the peaks don't add up.
