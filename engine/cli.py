@@ -73,7 +73,8 @@ def cmd_compare(args) -> int:
         ("accepted per pass", "-", f"{s.mean_accepted_per_pass:.2f} (+1 from target = {s.tokens_per_pass:.2f})"),
         ("acceptance by position", "-", " ".join(f"{a:.2f}" for a in s.acceptance_by_position)),
     ]
-    print(f"\n{'':24}{'plain':>12}  speculative ({args.drafter}, {session.precision})")
+    used = session.drafter(args.drafter)
+    print(f"\n{'':24}{'plain':>12}  speculative ({used.name if used else args.drafter}, {session.precision})")
     for name, a, b in rows:
         print(f"{name:<24}{str(a):>12}  {b}")
     print(f"speedup: {result.speedup:.2f}x")
@@ -198,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--precision", choices=["exact", "fast"], default="fast",
                        help="exact: fp32, greedy output token-identical; fast: bf16")
         p.add_argument("--target", help="model folder (default: the offline Qwen2.5-Coder 1.5B)")
-        p.add_argument("--drafter-model", help="draft model folder (default: Qwen2.5-Coder 0.5B)")
+        p.add_argument("--drafter-model", help="draft model folder, or a Gemma 4 -assistant folder for a Gemma 4"
+                                               " target (default: Qwen2.5-Coder 0.5B)")
         p.add_argument("--drafter", choices=["model", "lookup"], default="model")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
         p.add_argument("--max-new-tokens", type=int, default=128)

@@ -10,22 +10,23 @@ from pathlib import Path
 from typing import Literal
 
 from engine.decoding import eos_token_ids, plain_decode, speculative_decode
-from engine.drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
+from engine.drafters import DraftModelDrafter, Drafter, DrafterMismatch, Gemma4AssistantDrafter, PromptLookupDrafter
+from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
 from engine.events import Event
-from engine.loading import LoadedModel, load_model, same_vocabulary
+from engine.loading import LoadedModel, load_model, read_config, same_vocabulary
 from engine.runner import ModelRunner
 from engine.settings import DecodeSettings, Precision
 
 DrafterKind = Literal["model", "lookup", "off"]
 
-
-class DrafterMismatch(ValueError):
-    pass
+__all__ = ["DrafterKind", "DrafterMismatch", "Session"]
 
 
 class Session:
     def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None) -> None:
-        if drafter is not None and not same_vocabulary(target.tokenizer, drafter.tokenizer):
+        # A Gemma 4 assistant ships no tokenizer: it is checked against the target's config.
+        assistant = drafter is not None and is_assistant_config(drafter.model.config)
+        if drafter is not None and not assistant and not same_vocabulary(target.tokenizer, drafter.tokenizer):
             raise DrafterMismatch(
                 f"{drafter.name} does not share {target.name}'s tokenizer; it cannot draft for it"
             )
@@ -33,12 +34,23 @@ class Session:
         self.drafter_model = drafter
         self.tokenizer = target.tokenizer
         self.eos_ids = eos_token_ids(target.model, target.tokenizer)
-        self._model_drafter = DraftModelDrafter(drafter.model, drafter.name) if drafter else None
+        if assistant:
+            self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
+        else:
+            self._model_drafter = DraftModelDrafter(drafter.model, drafter.name) if drafter else None
 
     @classmethod
     def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto") -> "Session":
         target = load_model(target_path, precision, device)
-        drafter = load_model(drafter_path, precision, device, role="drafter") if drafter_path else None
+        drafter = None
+        if drafter_path and is_assistant_config(read_config(drafter_path)):
+            from transformers import AutoConfig
+
+            # Refuse a mismatched assistant before loading its weights.
+            check_assistant_fits(target.model.config, AutoConfig.from_pretrained(drafter_path), target.name, Path(drafter_path).name)
+            drafter = load_model(drafter_path, precision, device, role="drafter", with_tokenizer=False)
+        elif drafter_path:
+            drafter = load_model(drafter_path, precision, device, role="drafter")
         return cls(target, drafter)
 
     @property
