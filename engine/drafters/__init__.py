@@ -3,6 +3,7 @@ from engine.drafters.assistant_fit import AssistantMismatch, check_assistant_fit
 from engine.drafters.base import Draft, Drafter, DrafterMismatch
 from engine.drafters.draft_model import DraftModelDrafter
 from engine.drafters.gemma4_assistant import Gemma4AssistantDrafter
+from engine.drafters.mtp_layers import MtpLayersDrafter
 from engine.drafters.prompt_lookup import PromptLookupDrafter
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "DrafterMismatch",
     "DraftModelDrafter",
     "Gemma4AssistantDrafter",
+    "MtpLayersDrafter",
     "PromptLookupDrafter",
     "check_assistant_fits",
     "is_assistant_config",
