@@ -5,6 +5,7 @@ prompt ids with the tokenizer's chat template and starts plain or speculative de
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
@@ -12,14 +13,17 @@ from typing import Literal
 from engine.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import DraftModelDrafter, Drafter, DrafterMismatch, Gemma4AssistantDrafter, PromptLookupDrafter
 from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
+from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.events import Event
 from engine.loading import LoadedModel, load_model, read_config, same_vocabulary
 from engine.runner import ModelRunner
 from engine.settings import DecodeSettings, Precision
 
-DrafterKind = Literal["model", "lookup", "off"]
+DrafterKind = Literal["model", "lookup", "mtp", "off"]
 
 __all__ = ["DrafterKind", "DrafterMismatch", "Session"]
+
+log = logging.getLogger(__name__)
 
 
 class Session:
@@ -38,6 +42,9 @@ class Session:
             self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
         else:
             self._model_drafter = DraftModelDrafter(drafter.model, drafter.name) if drafter else None
+        self._mtp_drafter: Drafter | None = None
+        #: Set when a requested drafter was replaced by another one; says why, for the user.
+        self.drafter_note: str | None = None
 
     @classmethod
     def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto") -> "Session":
@@ -83,7 +90,21 @@ class Session:
             if self._model_drafter is None:
                 raise ValueError("no draft model is loaded; use prompt lookup or load a drafter")
             return self._model_drafter
+        if kind == "mtp":
+            return self._mtp()
         raise ValueError(f"unknown drafter {kind!r}")
+
+    def _mtp(self) -> Drafter:
+        """The target's own MTP layers, loaded on first use; prompt lookup when it has none."""
+        if self._mtp_drafter is None:
+            support = inspect_mtp(self.target.model)
+            if support.usable:
+                self._mtp_drafter = MtpLayersDrafter(load_mtp_layers(self.target.model))
+            else:
+                self.drafter_note = f"{self.target.name} has no usable MTP drafter here ({support.reason}); using prompt lookup"
+                log.warning(self.drafter_note)
+                self._mtp_drafter = PromptLookupDrafter()
+        return self._mtp_drafter
 
     def plain(self, prompt_ids: list[int], settings: DecodeSettings, cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
         # A runner (KV cache) per request: the side-by-side demo interleaves two requests.
