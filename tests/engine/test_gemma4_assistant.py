@@ -168,7 +168,10 @@ class RecheckedAssistant(Gemma4AssistantDrafter):
             expected = super().propose(context, k, sampler)
         finally:
             self.target = live
+        window = self.shared.sliding_window
         for layer_type in loop_kv:
+            seen = min(position, window - 1) if layer_type == "sliding_attention" else position
+            assert loop_kv[layer_type][0].shape[2] == seen, (layer_type, position)
             for a, b in zip(loop_kv[layer_type], fresh_kv[layer_type]):
                 assert a.shape == b.shape, layer_type
                 torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
