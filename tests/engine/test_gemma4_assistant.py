@@ -285,17 +285,33 @@ def test_backbone_size_and_target_family_are_checked(tokenizer, pairs):
 
 
 @pytest.fixture(scope="module")
-def gemma4_folders(tmp_path_factory):
+def folders(tmp_path_factory):
+    """layout -> (target folder, assistant folder), written on first use."""
     from engine.tiny_gemma4 import save_gemma4_pair
 
-    return save_gemma4_pair(tmp_path_factory.mktemp("gemma4"), "e2b")
+    root, made = tmp_path_factory.mktemp("gemma4"), {}
+
+    def get(layout):
+        if layout not in made:
+            made[layout] = save_gemma4_pair(root, layout)
+        return made[layout]
+
+    return get
 
 
-def test_session_detects_an_assistant_folder_and_drafts_with_it(gemma4_folders, tokenizer):
+@pytest.fixture(scope="module")
+def gemma4_folders(folders):
+    return folders("e2b")
+
+
+@pytest.mark.parametrize("layout", ["e2b", "dense"])
+def test_session_detects_an_assistant_folder_and_drafts_with_it(folders, layout):
     from engine.session import Session
 
-    target_dir, assistant_dir = gemma4_folders
+    target_dir, assistant_dir = folders(layout)
     session = Session.load(target_dir, assistant_dir, precision="exact", device="cpu")
+    expected = {"e2b": "Gemma4ForCausalLM", "dense": "Gemma4ForConditionalGeneration"}[layout]
+    assert type(session.target.model).__name__ == expected
     assert session.drafter_model.tokenizer is None  # assistant repos ship no tokenizer
     drafter = session.drafter("model")
     assert isinstance(drafter, Gemma4AssistantDrafter)
