@@ -58,6 +58,9 @@ def cmd_compare(args) -> int:
     settings = DecodeSettings(mode=args.mode, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                               max_new_tokens=args.max_new_tokens, seed=args.seed, draft_length=args.draft_length)
     session = _session(args, need_drafter=args.drafter == "model")
+    used = session.drafter(args.drafter)
+    if session.drafter_note:
+        print(f"note: {session.drafter_note}", file=sys.stderr)
     result = compare(session, args.prompt, settings, args.drafter)
     p, s = result.plain.stats, result.speculative.stats
     print("=== without speculation ===\n" + result.plain.text)
@@ -73,7 +76,7 @@ def cmd_compare(args) -> int:
         ("accepted per pass", "-", f"{s.mean_accepted_per_pass:.2f} (+1 from target = {s.tokens_per_pass:.2f})"),
         ("acceptance by position", "-", " ".join(f"{a:.2f}" for a in s.acceptance_by_position)),
     ]
-    print(f"\n{'':24}{'plain':>12}  speculative ({args.drafter}, {session.precision})")
+    print(f"\n{'':24}{'plain':>12}  speculative ({used.name if used else args.drafter}, {session.precision})")
     for name, a, b in rows:
         print(f"{name:<24}{str(a):>12}  {b}")
     print(f"speedup: {result.speedup:.2f}x")
@@ -224,8 +227,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--precision", choices=["exact", "fast"], default="fast",
                        help="exact: fp32, greedy output token-identical; fast: bf16")
         p.add_argument("--target", help="model folder (default: the offline Qwen2.5-Coder 1.5B)")
-        p.add_argument("--drafter-model", help="draft model folder (default: Qwen2.5-Coder 0.5B)")
-        p.add_argument("--drafter", choices=["model", "lookup"], default="model")
+        p.add_argument("--drafter-model", help="draft model folder, or a Gemma 4 -assistant folder for a Gemma 4"
+                                               " target (default: Qwen2.5-Coder 0.5B)")
+        p.add_argument("--drafter", choices=["model", "lookup", "mtp"], default="model",
+                       help="model: --drafter-model (a draft model or Gemma 4 assistant); lookup: prompt lookup;"
+                            " mtp: the target's own MTP layers (prompt lookup when it has none)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
         p.add_argument("--max-new-tokens", type=int, default=128)
 

@@ -164,6 +164,9 @@ def speculative_decode(
     try:
         run = _Run(target, tokenizer, prompt_ids, settings, eos_ids)
         drafter.reset()
+        attach = getattr(drafter, "attach_target", None)
+        if attach is not None:  # drafters that read the target's hidden states and K/V
+            attach(target)
         controller = DraftLengthController(
             fixed=settings.draft_length,
             max_k=settings.max_draft_length,

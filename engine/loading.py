@@ -1,6 +1,7 @@
 """Loading a model folder (safetensors + tokenizer) at the precision a mode asks for."""
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass
@@ -44,9 +45,18 @@ class LoadedModel:
     seconds: float
 
 
-def load_model(path: Path, precision: Precision = "fast", device: str = "auto", fast_kernels: bool = True, role: str = "target") -> LoadedModel:
+def read_config(path: Path) -> dict:
+    """A model folder's config.json as a dict (no transformers import)."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not a model folder (no config.json)")
+    return json.loads((path / "config.json").read_text())
+
+
+def load_model(path: Path, precision: Precision = "fast", device: str = "auto", fast_kernels: bool = True, role: str = "target", with_tokenizer: bool = True) -> LoadedModel:
     """Load a model folder. ``fast_kernels`` routes bf16 CPU linears through kernels.linear;
-    ``role`` is "target" (batch-invariant kernels everywhere) or "drafter"."""
+    ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". Drafters that ship
+    no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False`` (tokenizer None)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
@@ -58,7 +68,7 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev).eval()
     if fast_kernels:
         accelerate_linears(model, batch_invariant=role == "target")
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path) if with_tokenizer else None
     seconds = time.perf_counter() - start
     log.info("loaded %s on %s as %s in %.1fs", path.name, dev, dtype, seconds)
     return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds)

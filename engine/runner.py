@@ -2,6 +2,10 @@
 
 Invariant kept by the decoding loops: the cache holds every token of the sequence except the
 last one, which has been chosen but not yet fed. ``forward`` appends, ``crop`` rolls back.
+
+Drafters that read the target itself (Gemma 4 assistants, in-checkpoint MTP layers) set
+``capture_hidden``: each forward then also keeps the final (post-norm) hidden states of the rows
+the model computed, and ``hidden_at`` / ``cached_kv`` hand out what such a drafter needs.
 """
 from __future__ import annotations
 
@@ -17,12 +21,22 @@ class ModelRunner:
     def __init__(self, model) -> None:
         self.model = model
         self.device = next(model.parameters()).device
-        self.max_positions = getattr(model.config, "max_position_embeddings", None)
+        # Multimodal wrappers (Gemma4ForConditionalGeneration) keep the window in the text config.
+        self.max_positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+        #: Keep the final hidden states of every forward (set by drafters that read them).
+        self.capture_hidden = False
         self.reset()
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
         self.length = 0
+        self.hidden: torch.Tensor | None = None  # [rows, H]: final hidden states of the last pass
+        self.hidden_start = 0  # absolute position of hidden[0]
+        # Sliding-window layers forget states beyond the window as they go, which a rollback
+        # could not undo; recording keeps them until the next pass trims them (see forward).
+        self._sliding = any(getattr(layer, "is_sliding", False) for layer in self.cache.layers)
+        if self._sliding:
+            self.cache.activate_past_recording()
 
     @torch.inference_mode()
     def forward(self, token_ids: list[int], n_logits: int = 1) -> torch.Tensor:
@@ -36,15 +50,32 @@ class ModelRunner:
                 f"context of {self.length + n} tokens exceeds the model's window of "
                 f"{self.max_positions}"
             )
+        if self._sliding and self.length:
+            # The previous pass is final now: sliding layers may drop what the window no longer
+            # needs (crop(0) keeps every position, it only trims recorded sliding states).
+            self.cache.crop(0)
         input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
         positions = torch.arange(self.length, self.length + n, device=self.device)
-        out = self.model(
-            input_ids=input_ids,
-            cache=self.cache,
-            use_cache=True,
-            position_ids=positions.unsqueeze(0),
-            logits_to_keep=n_logits,
-        )
+        hook = None
+        if self.capture_hidden:
+            hook = self._final_norm().register_forward_hook(self._keep_hidden)
+        else:
+            self.hidden = None
+        try:
+            out = self.model(
+                input_ids=input_ids,
+                cache=self.cache,
+                use_cache=True,
+                position_ids=positions.unsqueeze(0),
+                logits_to_keep=n_logits,
+            )
+        finally:
+            if hook is not None:
+                hook.remove()
+        if hook is not None:
+            # The model may compute only the last rows (Gemma 4 skips KV-shared layers for rows
+            # whose logits are not kept); whatever it computed ends at the last fed position.
+            self.hidden_start = self.length + n - self.hidden.shape[0]
         self.length += n
         return out.logits[0, -n_logits:].float()
 
@@ -53,3 +84,24 @@ class ModelRunner:
         if length < self.length:
             self.cache.crop(length - self.length)  # transformers 5.24: negative = drop that many
             self.length = length
+
+    def hidden_at(self, position: int) -> torch.Tensor:
+        """Final hidden state [H] of the token at ``position`` (must be cached and computed by
+        the latest pass; needs ``capture_hidden``)."""
+        row = position - self.hidden_start
+        if self.hidden is None or not 0 <= row < self.hidden.shape[0] or position >= self.length:
+            raise RuntimeError(f"no hidden state kept for position {position}")
+        return self.hidden[row]
+
+    def cached_kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values [1, kv_heads, n, head_dim] that decoder layer ``layer`` cached for the
+        last n positions of the sequence (all of them, or at least the window of a sliding
+        layer); the last row is position ``length - 1``."""
+        cached = self.cache.layers[layer]
+        return cached.keys, cached.values
+
+    def _final_norm(self) -> torch.nn.Module:
+        return self.model.get_decoder().norm
+
+    def _keep_hidden(self, module, args, output) -> None:
+        self.hidden = output[0]

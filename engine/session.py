@@ -5,27 +5,32 @@ prompt ids with the tokenizer's chat template and starts plain or speculative de
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
 from engine.decoding import eos_token_ids, plain_decode, speculative_decode
-from engine.drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
+from engine.drafters import DraftModelDrafter, Drafter, DrafterMismatch, Gemma4AssistantDrafter, PromptLookupDrafter
+from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
+from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.events import Event
-from engine.loading import LoadedModel, load_model, same_vocabulary
+from engine.loading import LoadedModel, load_model, read_config, same_vocabulary
 from engine.runner import ModelRunner
 from engine.settings import DecodeSettings, Precision
 
-DrafterKind = Literal["model", "lookup", "off"]
+DrafterKind = Literal["model", "lookup", "mtp", "off"]
 
+__all__ = ["DrafterKind", "DrafterMismatch", "Session"]
 
-class DrafterMismatch(ValueError):
-    pass
+log = logging.getLogger(__name__)
 
 
 class Session:
     def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None) -> None:
-        if drafter is not None and not same_vocabulary(target.tokenizer, drafter.tokenizer):
+        # A Gemma 4 assistant ships no tokenizer: it is checked against the target's config.
+        assistant = drafter is not None and is_assistant_config(drafter.model.config)
+        if drafter is not None and not assistant and not same_vocabulary(target.tokenizer, drafter.tokenizer):
             raise DrafterMismatch(
                 f"{drafter.name} does not share {target.name}'s tokenizer; it cannot draft for it"
             )
@@ -33,12 +38,26 @@ class Session:
         self.drafter_model = drafter
         self.tokenizer = target.tokenizer
         self.eos_ids = eos_token_ids(target.model, target.tokenizer)
-        self._model_drafter = DraftModelDrafter(drafter.model, drafter.name) if drafter else None
+        if assistant:
+            self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
+        else:
+            self._model_drafter = DraftModelDrafter(drafter.model, drafter.name) if drafter else None
+        self._mtp_drafter: Drafter | None = None
+        #: Set when a requested drafter was replaced by another one; says why, for the user.
+        self.drafter_note: str | None = None
 
     @classmethod
     def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto") -> "Session":
         target = load_model(target_path, precision, device)
-        drafter = load_model(drafter_path, precision, device, role="drafter") if drafter_path else None
+        drafter = None
+        if drafter_path and is_assistant_config(read_config(drafter_path)):
+            from transformers import AutoConfig
+
+            # Refuse a mismatched assistant before loading its weights.
+            check_assistant_fits(target.model.config, AutoConfig.from_pretrained(drafter_path), target.name, Path(drafter_path).name)
+            drafter = load_model(drafter_path, precision, device, role="drafter", with_tokenizer=False)
+        elif drafter_path:
+            drafter = load_model(drafter_path, precision, device, role="drafter")
         return cls(target, drafter)
 
     @property
@@ -71,7 +90,21 @@ class Session:
             if self._model_drafter is None:
                 raise ValueError("no draft model is loaded; use prompt lookup or load a drafter")
             return self._model_drafter
+        if kind == "mtp":
+            return self._mtp()
         raise ValueError(f"unknown drafter {kind!r}")
+
+    def _mtp(self) -> Drafter:
+        """The target's own MTP layers, loaded on first use; prompt lookup when it has none."""
+        if self._mtp_drafter is None:
+            support = inspect_mtp(self.target.model)
+            if support.usable:
+                self._mtp_drafter = MtpLayersDrafter(load_mtp_layers(self.target.model))
+            else:
+                self.drafter_note = f"{self.target.name} has no usable MTP drafter here ({support.reason}); using prompt lookup"
+                log.warning(self.drafter_note)
+                self._mtp_drafter = PromptLookupDrafter()
+        return self._mtp_drafter
 
     def plain(self, prompt_ids: list[int], settings: DecodeSettings, cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
         # A runner (KV cache) per request: the side-by-side demo interleaves two requests.

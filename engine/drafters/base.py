@@ -18,6 +18,11 @@ class Draft:
     probs: torch.Tensor | None = None
 
 
+class DrafterMismatch(ValueError):
+    """A drafter that cannot draft for this target (another tokenizer, another architecture);
+    the message names what differs, for the user."""
+
+
 class Drafter(Protocol):
     name: str
     #: True when proposing costs about nothing (no model forward), so k is not cost-limited.
@@ -36,3 +41,7 @@ class Drafter(Protocol):
     def observe(self, valid_length: int) -> None:
         """After verification, the first ``valid_length`` tokens of context + draft are final;
         anything the drafter cached beyond that must be dropped."""
+
+    # Optional: drafters that read the target's own hidden states and KV cache (Gemma 4
+    # assistants, MTP layers) also define ``attach_target(runner: ModelRunner) -> None``, which
+    # the loop calls with the request's target runner before its prefill.
