@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number iteratively.
 
-.PHONY: setup run compare screenshots test test-fast bench clean
+.PHONY: setup run compare screenshots test test-fast bench package package-smoke clean
 
 setup:
 	@bash scripts/setup.sh
@@ -28,6 +28,15 @@ test-fast: setup
 
 bench: setup
 	$(VENV)/bin/tandem bench --json bench.json
+
+# The double-click app: dist/Tandem (PyInstaller onedir), built from the set-up venv; several
+# minutes, so not part of `make test`. packaging/README.md has macOS and Windows.
+package: setup
+	bash packaging/build.sh $(PY)
+
+# The built app checks itself headless (self-test, crash log, menu install); needs make package.
+package-smoke:
+	bash packaging/smoke_test.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -3,10 +3,13 @@
 --screenshot OUT.png [--demo PROMPT] [--tab NAME]: run the app, optionally run the side-by-side
 demo to completion, save a screenshot of the window and exit (docs and visual checks).
 --target DIR [--drafter DIR]: load these model folders instead of the default offline pair.
+--self-test [OUT.png]: build a tiny model pair, run the demo with and without speculation, exit 0
+only when both outputs are identical (see app/self_test.py; the packaged app's smoke test).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import faulthandler
 import logging
 import sys
@@ -14,6 +17,9 @@ import traceback
 from pathlib import Path
 
 TABS = {"models": 0, "demo": 1, "chat": 2}
+# The desktop file, icon and AppStream id (resources/linux/): one name, so the menu, the dock and
+# software centres see one app.
+APP_ID = "io.github.tandem.Tandem"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -27,6 +33,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--precision", choices=["fast", "exact"], help="fast (bf16) or exact (fp32)")
     p.add_argument("--max-new-tokens", type=int, help="reply length for --demo / --chat")
     p.add_argument("--timeout", type=float, default=1800, help="give up on --screenshot after this many seconds")
+    p.add_argument("--self-test", nargs="?", const=True, type=Path, metavar="OUT.png",
+                   help="check this build end to end on a tiny model (screenshot to OUT.png, default: the log dir); exit 0 when it passes")
     return p.parse_args(argv)
 
 
@@ -36,16 +44,23 @@ def setup_logging() -> Path:
     directory = log_dir()
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "tandem.log"
+    handlers = [logging.FileHandler(path, encoding="utf-8")]
+    if sys.stderr is not None:  # None in a windowed (console-less) packaged build on Windows/macOS
+        handlers.append(logging.StreamHandler(sys.stderr))
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
-        handlers=[logging.FileHandler(path, encoding="utf-8"), logging.StreamHandler(sys.stderr)],
+        handlers=handlers,
     )
     crash = open(directory / "crash.log", "a", encoding="utf-8")  # noqa: SIM115 (lives as long as the app)
     faulthandler.enable(crash)  # a hard crash (segfault) still leaves a readable trace
 
     def log_uncaught(kind, value, tb) -> None:
-        logging.getLogger("tandem").critical("uncaught error:\n%s", "".join(traceback.format_exception(kind, value, tb)))
+        text = "".join(traceback.format_exception(kind, value, tb))
+        logging.getLogger("tandem").critical("uncaught error:\n%s", text)
+        # crash.log too: the one file to ask a user for, whether Python or the process died
+        crash.write(f"{datetime.datetime.now().isoformat(timespec='seconds')} uncaught error:\n{text}\n")
+        crash.flush()
 
     sys.excepthook = log_uncaught
     return path
@@ -54,6 +69,11 @@ def setup_logging() -> Path:
 def main(argv=None) -> int:
     args = parse_args(argv)
     setup_logging()
+    self_test = None
+    if args.self_test:
+        from app.self_test import SelfTest
+
+        self_test = SelfTest(args)  # fills in --target/--drafter/--demo/--screenshot
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
@@ -62,11 +82,11 @@ def main(argv=None) -> int:
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Tandem")
     app.setOrganizationName("Tandem")
-    app.setDesktopFileName("tandem")
+    app.setDesktopFileName(APP_ID)  # Wayland matches the window to the launcher and its icon by this
     icon = _icon()
     if icon is not None:
         app.setWindowIcon(icon)
-    window = MainWindow(autoload=args.target is None)
+    window = MainWindow(self_test.settings() if self_test else None, autoload=args.target is None)
     if args.precision:
         window.demo.controls.set_precision(args.precision)
     if args.max_new_tokens:
@@ -81,12 +101,19 @@ def main(argv=None) -> int:
                                                 window.demo.controls.precision.currentData()))
     script = Script(window, args)
     window.model_loaded.connect(script.on_loaded)
-    window.demo_finished.connect(lambda _: script.done())
+    if self_test:
+        self_test.attach(window, script)  # it judges the result, then ends the run
+    else:
+        window.demo_finished.connect(lambda _: script.done())
     if args.screenshot and not (args.demo or args.chat):
         _when(lambda: window.last_report is not None, script.done)  # the picker has filled in
     if args.screenshot:
         QTimer.singleShot(int(args.timeout * 1000), lambda: script.done(failed="timed out"))
-    return app.exec() or script.exit_code
+    try:
+        return app.exec() or script.exit_code
+    finally:
+        if self_test:
+            self_test.cleanup()
 
 
 class Script:
@@ -96,6 +123,7 @@ class Script:
         self.window, self.args = window, args
         self.exit_code = 0
         self.started = False
+        self.finishing = False
 
     def on_loaded(self, _loaded) -> None:
         if not self.started:
@@ -118,8 +146,9 @@ class Script:
                 _when(lambda: not w.chat.running, self.done)
 
     def done(self, failed: str = "") -> None:
-        if not self.args.screenshot:
+        if not self.args.screenshot or self.finishing:  # the first verdict wins (e.g. over the timeout)
             return
+        self.finishing = True
         from PySide6.QtCore import QTimer
 
         def shoot() -> None:

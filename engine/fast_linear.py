@@ -47,3 +47,10 @@ def accelerate_linears(model: torch.nn.Module, batch_invariant: bool = True) -> 
             count += 1
     log.info("fast CPU linear kernel on %d layers", count)
     return count
+
+
+def backend_name() -> str:
+    """The bf16 linear kernel in use: 'cpu_avx2' (compiled) or 'reference' (stock PyTorch), for
+    reports such as the app's self-test. Loads (and on first use compiles) the fast backend."""
+    backend = linear_kernels.fast_backend()
+    return "reference" if backend is None else backend.__name__.rsplit(".", 1)[-1]
