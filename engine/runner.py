@@ -25,9 +25,11 @@ class ModelRunner:
         self.length = 0
 
     @torch.inference_mode()
-    def forward(self, token_ids: list[int], n_logits: int = 1) -> torch.Tensor:
+    def forward(self, token_ids: list[int] | torch.Tensor, n_logits: int = 1) -> torch.Tensor:
         """Feed ``token_ids`` after the cached ones; return float32 logits [n_logits, V] for the
-        last ``n_logits`` fed positions (logits at position j predict the token after j)."""
+        last ``n_logits`` fed positions (logits at position j predict the token after j).
+        ``token_ids`` may be a 1-D long tensor already on the device (a drafter feeding back its
+        own token without reading it on the host)."""
         n = len(token_ids)
         if n == 0:
             raise ValueError("nothing to feed")
@@ -36,7 +38,10 @@ class ModelRunner:
                 f"context of {self.length + n} tokens exceeds the model's window of "
                 f"{self.max_positions}"
             )
-        input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+        if isinstance(token_ids, torch.Tensor):
+            input_ids = token_ids.to(device=self.device, dtype=torch.long).view(1, n)
+        else:
+            input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
         positions = torch.arange(self.length, self.length + n, device=self.device)
         out = self.model(
             input_ids=input_ids,

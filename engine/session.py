@@ -13,6 +13,7 @@ from engine.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
 from engine.events import Event
 from engine.loading import LoadedModel, load_model, same_vocabulary
+from engine.placement import check_fits, dtype_for, pick_device
 from engine.runner import ModelRunner
 from engine.settings import DecodeSettings, Precision
 
@@ -37,8 +38,11 @@ class Session:
 
     @classmethod
     def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto") -> "Session":
-        target = load_model(target_path, precision, device)
-        drafter = load_model(drafter_path, precision, device, role="drafter") if drafter_path else None
+        dev = pick_device(device)
+        if dev.type != "cpu":  # both models together, before either is loaded
+            check_fits(Path(target_path), Path(drafter_path) if drafter_path else None, dtype_for(precision, dev), dev)
+        target = load_model(target_path, precision, str(dev), check_memory=False)
+        drafter = load_model(drafter_path, precision, str(dev), role="drafter", check_memory=False) if drafter_path else None
         return cls(target, drafter)
 
     @property
