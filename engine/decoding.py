@@ -57,7 +57,7 @@ class _Run:
             max_new = min(max_new, window - len(prompt_ids))
         self.output = OutputBuilder(tokenizer, eos_ids, max_new, settings.stop_strings)
         self.stats = StatsTracker()
-        self.sampler = Sampler(settings)
+        self.sampler = Sampler(settings, getattr(target, "device", None))
         self.context = list(prompt_ids)
 
     def emit(self, block: list[int], from_draft: list[bool], drafted: int, accepted: int, step_s: float):
@@ -138,7 +138,7 @@ def speculate_step(
     t0 = time.perf_counter()
     draft = drafter.propose(context, k, sampler) if k > 0 else Draft(())
     t1 = time.perf_counter()
-    drafted = torch.tensor(draft.tokens, dtype=torch.long)
+    drafted = torch.tensor(draft.tokens, dtype=torch.long)  # the backends move it to the logits' device
     logits = target.forward([context[-1], *draft.tokens], n_logits=len(draft.tokens) + 1)
     if sampler.greedy:
         verdict = verify_greedy(drafted, logits)

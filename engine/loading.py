@@ -10,29 +10,10 @@ from pathlib import Path
 import torch
 
 from engine.fast_linear import accelerate_linears
+from engine.placement import check_fits, dtype_for, pick_device  # noqa: F401  (pick_device, dtype_for: re-exported)
 from engine.settings import Precision
 
 log = logging.getLogger(__name__)
-
-
-def pick_device(requested: str = "auto") -> torch.device:
-    if requested != "auto":
-        return torch.device(requested)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-def dtype_for(precision: Precision, device: torch.device) -> torch.dtype:
-    """exact: float32 everywhere (greedy speculation is then token-identical to plain).
-    fast: bfloat16 on CPU and CUDA, float16 on MPS (bf16 support there is partial)."""
-    if precision == "exact":
-        return torch.float32
-    if precision != "fast":
-        raise ValueError(f"precision must be 'exact' or 'fast', not {precision!r}")
-    return torch.float16 if device.type == "mps" else torch.bfloat16
 
 
 @dataclass
@@ -53,10 +34,13 @@ def read_config(path: Path) -> dict:
     return json.loads((path / "config.json").read_text())
 
 
-def load_model(path: Path, precision: Precision = "fast", device: str = "auto", fast_kernels: bool = True, role: str = "target", with_tokenizer: bool = True) -> LoadedModel:
+def load_model(path: Path, precision: Precision = "fast", device: str = "auto", fast_kernels: bool = True,
+               role: str = "target", with_tokenizer: bool = True, check_memory: bool = True) -> LoadedModel:
     """Load a model folder. ``fast_kernels`` routes bf16 CPU linears through kernels.linear;
     ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". Drafters that ship
-    no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False`` (tokenizer None)."""
+    no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False`` (tokenizer None).
+    ``check_memory``: on a GPU, refuse with ``placement.DoesNotFit`` when the model would not fit
+    its free memory (the CPU is never checked)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
@@ -64,6 +48,8 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
         raise FileNotFoundError(f"{path} is not a model folder (no config.json)")
     dev = pick_device(device)
     dtype = dtype_for(precision, dev)
+    if check_memory and dev.type != "cpu":
+        check_fits(path, None, dtype, dev)
     start = time.perf_counter()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev).eval()
     if fast_kernels:

@@ -39,9 +39,11 @@ class ModelRunner:
             self.cache.activate_past_recording()
 
     @torch.inference_mode()
-    def forward(self, token_ids: list[int], n_logits: int = 1) -> torch.Tensor:
+    def forward(self, token_ids: list[int] | torch.Tensor, n_logits: int = 1) -> torch.Tensor:
         """Feed ``token_ids`` after the cached ones; return float32 logits [n_logits, V] for the
-        last ``n_logits`` fed positions (logits at position j predict the token after j)."""
+        last ``n_logits`` fed positions (logits at position j predict the token after j).
+        ``token_ids`` may be a 1-D long tensor already on the device (a drafter feeding back its
+        own token without reading it on the host)."""
         n = len(token_ids)
         if n == 0:
             raise ValueError("nothing to feed")
@@ -54,7 +56,10 @@ class ModelRunner:
             # The previous pass is final now: sliding layers may drop what the window no longer
             # needs (crop(0) keeps every position, it only trims recorded sliding states).
             self.cache.crop(0)
-        input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
+        if isinstance(token_ids, torch.Tensor):
+            input_ids = token_ids.to(device=self.device, dtype=torch.long).view(1, n)
+        else:
+            input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
         positions = torch.arange(self.length, self.length + n, device=self.device)
         hook = None
         if self.capture_hidden:

@@ -16,6 +16,7 @@ from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_con
 from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.events import Event
 from engine.loading import LoadedModel, load_model, read_config, same_vocabulary
+from engine.placement import check_fits, dtype_for, pick_device
 from engine.runner import ModelRunner
 from engine.settings import DecodeSettings, Precision
 
@@ -48,16 +49,19 @@ class Session:
 
     @classmethod
     def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto") -> "Session":
-        target = load_model(target_path, precision, device)
+        dev = pick_device(device)
+        if dev.type != "cpu":  # both models together, before either is loaded
+            check_fits(Path(target_path), Path(drafter_path) if drafter_path else None, dtype_for(precision, dev), dev)
+        target = load_model(target_path, precision, str(dev), check_memory=False)
         drafter = None
         if drafter_path and is_assistant_config(read_config(drafter_path)):
             from transformers import AutoConfig
 
             # Refuse a mismatched assistant before loading its weights.
             check_assistant_fits(target.model.config, AutoConfig.from_pretrained(drafter_path), target.name, Path(drafter_path).name)
-            drafter = load_model(drafter_path, precision, device, role="drafter", with_tokenizer=False)
+            drafter = load_model(drafter_path, precision, str(dev), role="drafter", with_tokenizer=False, check_memory=False)
         elif drafter_path:
-            drafter = load_model(drafter_path, precision, device, role="drafter")
+            drafter = load_model(drafter_path, precision, str(dev), role="drafter", check_memory=False)
         return cls(target, drafter)
 
     @property

@@ -36,26 +36,30 @@ class DraftModelDrafter:
             return Draft(())
         # Feed whatever the drafter has not seen yet: after a full acceptance that is the last
         # draft token plus the target's bonus token, otherwise just the target's token.
-        pending = context[self.runner.length :]
-        tokens: list[int] = []
+        pending: list[int] | torch.Tensor = context[self.runner.length :]
+        tokens: list[torch.Tensor] = []
         dists: list[torch.Tensor] = []
         for i in range(k):
             logits = self.runner.forward(pending)[-1]
-            token, dist = sampler.choose(logits)
+            # The token stays on the device and is fed back as is: on a GPU the k draft passes
+            # queue up without the host waiting for each one.
+            token, dist = sampler.choose_on_device(logits)
             if i > 0 and self.min_confidence > 0:
+                # Early stopping needs the value on the host: one sync per draft token, only
+                # when this option is on.
                 confidence = float((dist if dist is not None else logits.softmax(-1))[token])
                 if confidence < self.min_confidence:
                     # The cache already holds every proposed token; observe() crops
                     # whatever verification rejects.
                     break
-            tokens.append(token)
+            tokens.append(token.reshape(1))
             if dist is not None:
                 dists.append(dist)
-            pending = [token]
+            pending = tokens[-1]
         # The last draft token is not fed: it is only needed if accepted, and then it is fed
         # together with the bonus token in the next round.
         probs = torch.stack(dists) if dists else None
-        return Draft(tuple(tokens), probs)
+        return Draft(tuple(torch.cat(tokens).tolist()), probs)  # the one sync of a proposal
 
     def observe(self, valid_length: int) -> None:
         self.runner.crop(valid_length)

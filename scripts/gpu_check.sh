@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# One prepared command for a lent GPU machine (issue 7). From the repository root:
+#
+#     bash scripts/gpu_check.sh            # or: OUT=/some/dir bash scripts/gpu_check.sh
+#
+# 1. finds a Python whose torch sees CUDA ($PYTHON, .venv, python3, python), says which
+# 2. makes sure triton is importable: already installed, a wheel in $TRITON_WHEEL or
+#    ./shared/wheels/, or `pip install triton` (skipped cleanly offline: the triton parity
+#    tests then skip and the bench shows the other backends)
+# 3. runs the verify-kernel parity tests on CUDA and the placement tests      (~1 min)
+# 4. benchmarks per-pass costs with the default pair's real shapes, random weights, bf16 and
+#    fp32, and prints the projected speedup from the CPU-measured acceptance    (~2-4 min)
+#
+# Works without network when the machine's Python already has torch (CUDA build), transformers
+# and pytest; pure-Python packages can also come from a carried folder: TANDEM_EXTRA_SITE=dir
+# (appended to sys.path, so the machine's own torch keeps precedence). Every stage has its own
+# time limit so the whole run stays under 8 minutes; results go to $OUT (default ./gpu_check_out).
+set -u
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu_check_out}"
+mkdir -p "$OUT"
+LOG="$OUT/gpu_check.log"
+: > "$LOG"
+say() { echo "== $*" | tee -a "$LOG"; }
+STATUS=0
+
+# -- 1. a Python with CUDA torch ---------------------------------------------------------------
+if [ -n "${TANDEM_EXTRA_SITE:-}" ]; then
+    # sitecustomize appends (not prepends, as PYTHONPATH would) the carried packages.
+    SITE_SHIM="$OUT/site_shim"
+    mkdir -p "$SITE_SHIM"
+    printf 'import sys\nsys.path.append(%s)\n' "'$TANDEM_EXTRA_SITE'" > "$SITE_SHIM/sitecustomize.py"
+    export PYTHONPATH="$SITE_SHIM${PYTHONPATH:+:$PYTHONPATH}"
+fi
+PY=""
+for candidate in ${PYTHON:-} .venv/bin/python python3 python; do
+    command -v "$candidate" >/dev/null 2>&1 || [ -x "$candidate" ] || continue
+    if "$candidate" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+        PY="$candidate"; break
+    fi
+done
+command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv | tee -a "$LOG"
+if [ -z "$PY" ]; then
+    say "NO CUDA: no Python here has a torch that sees a GPU (tried: ${PYTHON:-} .venv/bin/python python3 python)."
+    for candidate in ${PYTHON:-} .venv/bin/python python3 python; do
+        command -v "$candidate" >/dev/null 2>&1 || [ -x "$candidate" ] || continue
+        "$candidate" -c 'import torch; print("  ", torch.__version__, "cuda build:", torch.version.cuda)' 2>&1 | sed "s|^|  $candidate: |" | tee -a "$LOG"
+    done
+    say "Install a CUDA build of torch (pip install torch) and rerun. Running the CPU checks only."
+    PY="${PYTHON:-python3}"
+    [ -x .venv/bin/python ] && PY=.venv/bin/python
+    STATUS=2
+fi
+say "python: $PY ($("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1))"
+missing=$("$PY" -c '
+import importlib.util
+need = ["transformers", "safetensors", "pytest", "psutil", "platformdirs", "huggingface_hub", "tokenizers"]
+print(" ".join(n for n in need if importlib.util.find_spec(n) is None))')
+if [ -n "$missing" ]; then
+    say "missing: $missing; trying pip (needs a package index)"
+    timeout 120 "$PY" -m pip install -q $missing "transformers>=5.0" 2>&1 | tail -3 | tee -a "$LOG" || true
+fi
+
+# -- 2. triton -----------------------------------------------------------------------------------
+if ! "$PY" -c 'import triton' >/dev/null 2>&1; then
+    wheel="${TRITON_WHEEL:-$(ls shared/wheels/triton-*.whl 2>/dev/null | head -1)}"
+    if [ -n "$wheel" ]; then
+        say "installing triton from $wheel"
+        timeout 120 "$PY" -m pip install -q "$wheel" 2>&1 | tail -3 | tee -a "$LOG"
+    else
+        say "triton not installed; trying pip install triton (skipped if offline)"
+        timeout 180 "$PY" -m pip install -q triton 2>&1 | tail -3 | tee -a "$LOG"
+    fi
+fi
+if "$PY" -c 'import triton; print(triton.__version__)' >/dev/null 2>&1; then
+    say "triton $("$PY" -c 'import triton; print(triton.__version__)')"
+else
+    say "TRITON UNAVAILABLE: its parity tests will skip and the bench omits it"
+    [ "$STATUS" -eq 0 ] && STATUS=3
+fi
+say "verify backends: $("$PY" -c 'import kernels.verify as v; print(v.available_backends(), "active:", v.active_backend())' 2>&1 | tail -1)"
+
+# -- 3. parity tests on the device ---------------------------------------------------------------
+say "parity tests (every verify backend vs the reference, CUDA tensors) and placement tests"
+timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_verify_backends.py tests/kernels/test_verify.py \
+    tests/engine/test_device_placement.py --junitxml="$OUT/parity.xml" 2>&1 | tail -25 | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { say "PARITY TESTS FAILED (rc $rc)"; STATUS=1; }
+
+# -- 4. per-pass costs and projected speedup -----------------------------------------------------
+BENCH_ARGS=()
+if [ "$STATUS" -eq 2 ]; then
+    BENCH_ARGS=(--tiny)  # 1.5B random weights on a CPU would take far too long: tiny shapes only
+    say "benchmark: TINY shapes on the CPU (no CUDA: these numbers say nothing about a GPU)"
+else
+    say "benchmark: default pair's shapes, random weights"
+fi
+timeout 300 "$PY" -m engine.gpu_bench "${BENCH_ARGS[@]}" --json "$OUT/gpu_bench.json" 2>>"$LOG" | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { say "BENCHMARK FAILED OR TIMED OUT (rc $rc; see $LOG)"; STATUS=1; }
+
+say "done, status $STATUS (0 ok, 1 a check failed, 2 no CUDA, 3 no triton); log and JSON in $OUT"
+exit $STATUS
