@@ -3,6 +3,7 @@ torch's extensions dir; the set-up builds it ahead of time)."""
 from __future__ import annotations
 
 import functools
+import hashlib
 from pathlib import Path
 
 import torch
@@ -21,8 +22,11 @@ def available() -> bool:
 def _module():
     from torch.utils.cpp_extension import load
 
+    # One build per checkout and source version: two checkouts sharing torch's extension dir
+    # under one name would rebuild each other's copy on every load.
+    digest = hashlib.sha256(str(SOURCE).encode() + SOURCE.read_bytes()).hexdigest()[:10]
     return load(
-        name="tandem_linear_avx2",
+        name=f"tandem_linear_avx2_{digest}",
         sources=[str(SOURCE)],
         extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
         extra_ldflags=["-fopenmp"],
