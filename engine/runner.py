@@ -28,6 +28,17 @@ class ModelRunner:
     def forward(self, token_ids: list[int], n_logits: int = 1) -> torch.Tensor:
         """Feed ``token_ids`` after the cached ones; return float32 logits [n_logits, V] for the
         last ``n_logits`` fed positions (logits at position j predict the token after j)."""
+        out = self._run(self.model, token_ids, logits_to_keep=n_logits)
+        return out.logits[0, -n_logits:].float()
+
+    @torch.inference_mode()
+    def forward_hidden(self, token_ids: list[int], n_last: int = 1) -> torch.Tensor:
+        """Like ``forward`` but stop before the LM head: the final (normed) hidden states
+        [n_last, H] of the last fed positions, for a caller that applies its own head."""
+        out = self._run(self.model.get_decoder(), token_ids)
+        return out.last_hidden_state[0, -n_last:]
+
+    def _run(self, module, token_ids: list[int], **kwargs):
         n = len(token_ids)
         if n == 0:
             raise ValueError("nothing to feed")
@@ -38,15 +49,15 @@ class ModelRunner:
             )
         input_ids = torch.tensor([token_ids], dtype=torch.long, device=self.device)
         positions = torch.arange(self.length, self.length + n, device=self.device)
-        out = self.model(
+        out = module(
             input_ids=input_ids,
             cache=self.cache,
             use_cache=True,
             position_ids=positions.unsqueeze(0),
-            logits_to_keep=n_logits,
+            **kwargs,
         )
         self.length += n
-        return out.logits[0, -n_logits:].float()
+        return out
 
     def crop(self, length: int) -> None:
         """Forget cached positions from ``length`` on (no-op when already shorter)."""

@@ -12,9 +12,10 @@ from typing import Literal
 from engine.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
 from engine.events import Event
-from engine.loading import LoadedModel, load_model, same_vocabulary
+from engine.drafters.reduced_head import ReducedHead
+from engine.loading import LoadedModel, drafter_weights, load_model, same_vocabulary
 from engine.runner import ModelRunner
-from engine.settings import DecodeSettings, Precision
+from engine.settings import DecodeSettings, DrafterOptions, Precision
 
 DrafterKind = Literal["model", "lookup", "off"]
 
@@ -23,8 +24,19 @@ class DrafterMismatch(ValueError):
     pass
 
 
+def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | None:
+    """The head a draft model drafts from: None keeps the model's own (full, same precision)."""
+    from engine.draft_vocab import load_subset
+
+    int8 = drafter.weights == "int8"
+    if options.head == "full" and not int8:
+        return None
+    ids = load_subset(drafter.tokenizer, options.vocab_size) if options.head == "pruned" else None
+    return ReducedHead(drafter.model.get_output_embeddings().weight, ids, int8=int8)
+
+
 class Session:
-    def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None) -> None:
+    def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None, drafter_options: DrafterOptions | None = None) -> None:
         if drafter is not None and not same_vocabulary(target.tokenizer, drafter.tokenizer):
             raise DrafterMismatch(
                 f"{drafter.name} does not share {target.name}'s tokenizer; it cannot draft for it"
@@ -34,13 +46,25 @@ class Session:
         self.tokenizer = target.tokenizer
         self.eos_ids = eos_token_ids(target.model, target.tokenizer)
         self._target_runner = ModelRunner(target.model)
-        self._model_drafter = DraftModelDrafter(drafter.model, drafter.name) if drafter else None
+        self.drafter_options = drafter_options or DrafterOptions()
+        self._model_drafter = None
+        if drafter is not None:
+            head = draft_head(drafter, self.drafter_options)
+            self._model_drafter = DraftModelDrafter(drafter.model, drafter.name, head=head)
 
     @classmethod
-    def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto") -> "Session":
+    def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto", drafter_options: DrafterOptions | None = None) -> "Session":
+        options = drafter_options or DrafterOptions()
         target = load_model(target_path, precision, device)
-        drafter = load_model(drafter_path, precision, device, role="drafter") if drafter_path else None
-        return cls(target, drafter)
+        drafter = None
+        if drafter_path:
+            weights = drafter_weights(options.precision, precision, device)
+            drafter = load_model(drafter_path, precision, device, role="drafter", weights=weights)
+        return cls(target, drafter, options)
+
+    @property
+    def model_drafter(self) -> DraftModelDrafter | None:
+        return self._model_drafter
 
     @property
     def precision(self) -> str:
