@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("quant_linear_avx2.cpp")
+HEADER = SOURCE.with_name("int8_gemm.h")  # the tiling code, shared with kernels/draft_decoder
 
 
 def available() -> bool:
@@ -23,10 +24,11 @@ def _module():
     from torch.utils.cpp_extension import load
 
     # One build per checkout and source version (checkouts share torch's extension dir).
-    digest = hashlib.sha256(str(SOURCE).encode() + SOURCE.read_bytes()).hexdigest()[:10]
+    digest = hashlib.sha256(str(SOURCE).encode() + SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:10]
     return load(
         name=f"tandem_quant_linear_avx2_{digest}",
         sources=[str(SOURCE)],
+        extra_include_paths=[str(SOURCE.parent)],
         extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
         extra_ldflags=["-fopenmp"],
         verbose=False,
