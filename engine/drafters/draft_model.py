@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from engine.drafters.base import Draft
+from engine.drafters.fused_runner import FusedRunner, worth_using
 from engine.drafters.reduced_head import ReducedHead
 from engine.runner import ModelRunner
 from engine.sampler import Sampler
@@ -12,6 +13,7 @@ from engine.sampler import Sampler
 class DraftModelDrafter:
     """``head``: a ReducedHead to draft from instead of the model's own LM head (a token subset
     and/or int8 rows: a cheaper step). None uses the model's head over the whole vocabulary.
+    ``fused``: run an int8 drafter's layers one kernel call each (FusedRunner); None decides.
 
     ``min_confidence``: stop drafting early when the drafter's probability of its own
     token falls below it (such tokens are usually rejected, and every draft step costs a drafter
@@ -22,25 +24,38 @@ class DraftModelDrafter:
 
     free = False
 
-    def __init__(self, model, name: str = "draft model", min_confidence: float = 0.0, head: ReducedHead | None = None) -> None:
-        self.runner = ModelRunner(model)
+    def __init__(self, model, name: str = "draft model", min_confidence: float = 0.0, head: ReducedHead | None = None,
+                 fused: bool | None = None) -> None:
+        use_fused = worth_using(model) if fused is None else fused
+        self.runner = FusedRunner(model) if use_fused else ModelRunner(model)
         self.name = name
         self.min_confidence = min_confidence
         self.head = head
         self._seen = 0  # context tokens already offered to the head
+        self._cached: list[int] = []  # the tokens whose keys/values the runner's cache holds
 
     def reset(self) -> None:
-        self.runner.reset()
+        # The cache is kept: prepare() reuses whatever prefix the next prompt shares with it.
         self._seen = 0
         if self.head is not None:
             self.head.reset()
 
     def prepare(self, prompt: list[int]) -> None:
+        """Prefill the drafter with the prompt, reusing the cached prefix it shares with the
+        previous request (the chat template's system prompt, earlier turns of a chat): a
+        drafter prefill is paid before the first draft and is not cheap at int8 either."""
         self.reset()
         self._offer(prompt)
-        if len(prompt) > 1:
+        body = prompt[:-1]
+        common = 0
+        for a, b in zip(self._cached, body):
+            if a != b:
+                break
+            common += 1
+        self._crop(common)
+        if len(body) > common:
             # Only the cache is wanted here: skip the LM head entirely.
-            self.runner.forward_hidden(prompt[:-1])
+            self._feed_hidden(body[common:])
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0:
@@ -67,17 +82,27 @@ class DraftModelDrafter:
         return Draft(tuple(tokens), probs)
 
     def observe(self, valid_length: int) -> None:
-        self.runner.crop(valid_length)
+        self._crop(valid_length)
+
+    def _crop(self, length: int) -> None:
+        self.runner.crop(length)
+        del self._cached[length:]
+
+    def _feed_hidden(self, tokens: list[int]) -> torch.Tensor:
+        hidden = self.runner.forward_hidden(tokens)
+        self._cached.extend(tokens)
+        return hidden
 
     def _next(self, pending: list[int], sampler: Sampler, want_confidence: bool) -> tuple[int, torch.Tensor | None, float | None]:
         """One drafter step: (token, the full-vocabulary q it was drawn from or None when
         greedy, its probability under the drafter when asked for)."""
         if self.head is None:
             logits = self.runner.forward(pending)[-1]
+            self._cached.extend(pending)
             token, dist = sampler.choose(logits)
             confidence = float((dist if dist is not None else logits.softmax(-1))[token]) if want_confidence else None
             return token, dist, confidence
-        logits = self.head.logits(self.runner.forward_hidden(pending)[-1])
+        logits = self.head.logits(self._feed_hidden(pending)[-1])
         index, sub_dist = sampler.choose(logits)
         confidence = float((sub_dist if sub_dist is not None else logits.softmax(-1))[index]) if want_confidence else None
         # q must be the distribution actually sampled from: the subset's, zero elsewhere.

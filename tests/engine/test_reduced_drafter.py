@@ -145,3 +145,56 @@ def test_bf16_target_with_int8_pruned_drafter_matches_plain_or_splits_at_a_near_
         if spec.token_ids != plain.token_ids:
             d = explain_divergence(target, prompt, list(plain.token_ids), list(spec.token_ids))
             assert d.top2_gap < 0.1, d  # only a bf16 rounding near-tie may split them
+
+
+def test_drafter_reuses_the_prompt_prefix_it_already_holds(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    proposer = DraftModelDrafter(drafter, head=ReducedHead(drafter.lm_head.weight, None))
+    fed = []
+    original = proposer.runner.forward_hidden
+    proposer.runner.forward_hidden = lambda tokens, n_last=1: fed.append(list(tokens)) or original(tokens, n_last)
+    shared = encode(tokenizer, "The quick brown fox jumps over")
+    settings = DecodeSettings(max_new_tokens=12, draft_length=3)
+    outputs = []
+    for tail in (" the lazy dog.", " a sleeping cat."):
+        prompt = shared + encode(tokenizer, tail)
+        fed.clear()
+        plain, spec, _ = decode_both(target, proposer, tokenizer, prompt, settings)
+        assert spec.token_ids == plain.token_ids
+        outputs.append(fed[0])
+    # The drafter is prepared with prompt + the target's first token and prefills all but that.
+    assert outputs[0] == shared + encode(tokenizer, " the lazy dog.")  # a full prefill first
+    assert outputs[1] == encode(tokenizer, " a sleeping cat.")  # then only what differs
+
+
+def test_fused_runner_matches_transformers_on_an_int8_drafter(tiny_pair):
+    from engine.drafters.fused_runner import FusedRunner, unsupported_reason
+
+    tokenizer, _, drafter = tiny_pair
+    quantized = int8_copy(drafter)
+    assert unsupported_reason(quantized) is None
+    assert unsupported_reason(drafter) == "linear layers are not int8"
+    prompt = encode(tokenizer, PROMPTS[2])
+    hf = ModelRunner(quantized)
+    fused = FusedRunner(quantized, initial_capacity=4)  # grows while feeding
+    want = hf.forward_hidden(prompt, n_last=len(prompt))
+    got = torch.cat([fused.forward_hidden(prompt[:5], n_last=5), fused.forward_hidden(prompt[5:], n_last=len(prompt) - 5)])
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    # Rolling back and feeding something else matches a fresh run of that sequence.
+    fused.crop(3)
+    hf.crop(3)
+    assert fused.length == 3
+    assert torch.allclose(fused.forward([7, 8]), hf.forward([7, 8]), rtol=1e-4, atol=1e-4)
+
+
+def test_greedy_output_is_identical_with_the_fused_int8_drafter(tiny_pair):
+    tokenizer, target, drafter = tiny_pair
+    quantized = int8_copy(drafter)
+    head = ReducedHead(quantized.lm_head.weight, random_subset(len(tokenizer), 150, 3), int8=True)
+    proposer = DraftModelDrafter(quantized, head=head, fused=True)
+    for prompt_text in PROMPTS:
+        for k in (None, 3):
+            plain, spec, _ = decode_both(target, proposer, tokenizer, encode(tokenizer, prompt_text), DecodeSettings(max_new_tokens=30, draft_length=k))
+            assert spec.token_ids == plain.token_ids
+            if k:
+                assert spec.stats.accepted > 0
