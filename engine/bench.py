@@ -18,8 +18,10 @@ import torch
 
 from engine.compare import drain, warm_up
 from engine.divergence import first_difference
+from engine.draft_agreement import draft_agreement, full_head_like
 from engine.session import DrafterKind, Session
 from engine.settings import DecodeSettings
+from engine.step_costs import measure_step_costs
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +75,31 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else 0.0
 
 
-def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafter: DrafterKind = "model", progress=print) -> dict:
+def _step_cost_ratio(plain: dict, spec: dict) -> dict:
+    """Per prompt, from the runs themselves: ms per draft step over ms per plain target step."""
+    p, s = plain["stats"], spec["stats"]
+    target_ms = 1000 * p["verify_seconds"] / p["target_passes"] if p["target_passes"] else 0.0
+    draft_ms = 1000 * s["draft_seconds"] / s["drafted"] if s["drafted"] else 0.0
+    return {"target_step_ms": target_ms, "draft_step_ms": draft_ms, "c": draft_ms / target_ms if target_ms and draft_ms else None}
+
+
+def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafter: DrafterKind = "model", progress=print,
+              hf: bool = True, agreement: bool = True) -> dict:
+    """``hf``: also run transformers' plain and assisted generate as references. ``agreement``:
+    also measure the drafter's teacher-forced agreement with the target's output, full vocabulary
+    vs the reduced head (see engine.draft_agreement)."""
     settings = DecodeSettings(max_new_tokens=max_new_tokens)
     warm_up(session, drafter)
+    model_drafter = session.model_drafter if drafter == "model" else None
+    head = model_drafter.head if model_drafter is not None else None
+    full_head = full_head_like(head) if agreement and head is not None else None
+    step_costs = None
+    if model_drafter is not None:
+        ids = session.encode(prompts[0]["prompt"])
+        costs = measure_step_costs(session._target_runner, model_drafter, ids)
+        step_costs = {"target_step_ms": costs.target_ms, "draft_step_ms": costs.draft_ms, "c": costs.c}
+        progress(f"step costs at {len(ids)} tokens of context: target {costs.target_ms:.1f} ms, "
+                 f"draft {costs.draft_ms:.1f} ms, c = {costs.c:.3f}")
     results = []
     for item in prompts:
         ids = session.encode(item["prompt"])
@@ -85,42 +109,70 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
         s = spec["stats"]
         spec.update(drafted=s["drafted"], accepted=s["accepted"], acceptance=s["acceptance"], mean_accepted_per_pass=s["mean_accepted_per_pass"], tokens_per_pass=s["tokens_per_pass"])
         row["speculative"] = spec
-        row["hf_plain"] = _hf(session, ids, max_new_tokens, assisted=False)
-        if session.drafter_model is not None:
-            row["hf_assisted"] = _hf(session, ids, max_new_tokens, assisted=True)
+        if hf:
+            row["hf_plain"] = _hf(session, ids, max_new_tokens, assisted=False)
+            if session.drafter_model is not None:
+                row["hf_assisted"] = _hf(session, ids, max_new_tokens, assisted=True)
         row["identical"] = row["plain"]["token_ids"] == spec["token_ids"]
         row["first_divergence"] = first_difference(row["plain"]["token_ids"], spec["token_ids"])
         row["speedup_vs_plain"] = spec["tok_per_s"] / row["plain"]["tok_per_s"]
+        if model_drafter is not None:
+            row["step_costs"] = _step_cost_ratio(row["plain"], spec)
+        if full_head is not None:
+            found = draft_agreement(session.drafter_model.model, head, full_head, ids, row["plain"]["token_ids"])
+            row["agreement"] = None if found is None else {"full": found.full, "reduced": found.reduced}
         results.append(row)
+        c = row.get("step_costs", {}).get("c")
+        agree = row.get("agreement")
         progress(
             f"{item['id']:<14} {item['category']:<9} plain {row['plain']['tok_per_s']:5.2f} tok/s  "
             f"spec {spec['tok_per_s']:5.2f} ({row['speedup_vs_plain']:.2f}x, acc {spec['acceptance']:.2f}, "
-            f"{spec['tokens_per_pass']:.2f} tok/pass)  hf {row['hf_plain']['tok_per_s']:5.2f}  "
-            f"hf-assisted {row.get('hf_assisted', {}).get('tok_per_s', 0):5.2f}  "
-            f"{'identical' if row['identical'] else 'DIFFERS at ' + str(row['first_divergence'])}"
+            f"{spec['tokens_per_pass']:.2f} tok/pass" + (f", c {c:.3f}" if c else "") + ")  "
+            + (f"agree full {agree['full']:.2f} reduced {agree['reduced']:.2f}  " if agree else "")
+            + (f"hf {row['hf_plain']['tok_per_s']:5.2f}  hf-assisted {row.get('hf_assisted', {}).get('tok_per_s', 0):5.2f}  " if hf else "")
+            + f"{'identical' if row['identical'] else 'DIFFERS at ' + str(row['first_divergence'])}"
         )
+    options = session.drafter_options
     return {"settings": {"max_new_tokens": max_new_tokens, "precision": session.precision, "drafter": drafter,
                          "threads": torch.get_num_threads(), "target": session.target.name,
                          "drafter_model": session.drafter_model.name if session.drafter_model else None,
-                         "target_load_seconds": session.target.seconds},
-            "prompts": results, "summary": summarize(results)}
+                         "drafter_weights": session.drafter_model.weights if session.drafter_model else None,
+                         "drafter_head": options.head, "draft_vocab_size": options.vocab_size,
+                         "reduced_head_size": head.base_ids.numel() if head is not None else None,
+                         "target_load_seconds": session.target.seconds,
+                         "drafter_load_seconds": session.drafter_model.seconds if session.drafter_model else None},
+            "step_costs": step_costs, "prompts": results, "summary": summarize(results)}
 
 
 def summarize(results: list[dict]) -> dict:
     def ratio(a: str, b: str, rows=results) -> float:
         return geomean([r[a]["tok_per_s"] / r[b]["tok_per_s"] for r in rows if a in r and b in r])
 
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    def agreement(rows, key):
+        return mean([r["agreement"][key] for r in rows if r.get("agreement")])
+
     by_category = {}
     for cat in sorted({r["category"] for r in results}):
         rows = [r for r in results if r["category"] == cat]
         by_category[cat] = {"speedup_vs_plain": ratio("speculative", "plain", rows),
-                            "acceptance": sum(r["speculative"]["acceptance"] for r in rows) / len(rows)}
+                            "acceptance": sum(r["speculative"]["acceptance"] for r in rows) / len(rows),
+                            "agreement_full": agreement(rows, "full"),
+                            "agreement_reduced": agreement(rows, "reduced")}
+    code_rewrite = [r for r in results if r["category"] in ("code", "rewrite")]
     return {
         "speedup_vs_plain": ratio("speculative", "plain"),
+        "speedup_vs_plain_code_rewrite": ratio("speculative", "plain", code_rewrite) if code_rewrite else None,
         "speedup_vs_hf_assisted": ratio("speculative", "hf_assisted"),
         "plain_vs_hf_plain": ratio("plain", "hf_plain"),
         "hf_assisted_vs_hf_plain": ratio("hf_assisted", "hf_plain"),
         "identical_fraction": sum(r["identical"] for r in results) / len(results),
+        "c_mean": mean([r.get("step_costs", {}).get("c") for r in results]),
+        "agreement_full": agreement(results, "full"),
+        "agreement_reduced": agreement(results, "reduced"),
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "by_category": by_category,
     }

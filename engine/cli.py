@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 from engine.paths import RESOURCES
+from engine.settings import DrafterOptions
+
+DEFAULT_DRAFT_VOCAB = DrafterOptions().vocab_size
 
 
 def _progress_printer():
@@ -35,18 +38,21 @@ def default_model_paths(target: str | None, drafter: str | None, need_drafter: b
 
 def _session(args, need_drafter=True):
     from engine.session import Session
+    from engine.settings import DrafterOptions
 
     target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter)
+    options = DrafterOptions(head=args.drafter_head, precision=args.drafter_precision, vocab_size=args.draft_vocab_size)
     print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "") + f" ({args.precision})", file=sys.stderr)
-    return Session.load(target, drafter, args.precision, args.device)
+    return Session.load(target, drafter, args.precision, args.device, drafter_options=options)
 
 
 def cmd_setup(args) -> int:
     default_model_paths(None, None)
     from engine import default_pair
-    from kernels import linear
+    from kernels import linear, quant_linear
 
-    print("CPU kernels:", ", ".join(linear.available_backends()))  # compiles them once, now
+    # Compiles them once, now, rather than on the first request.
+    print("CPU kernels: linear", ", ".join(linear.available_backends()), "| int8 linear", ", ".join(quant_linear.available_backends()))
     print("default model pair ready:", *default_pair.installed_paths(), sep="\n  ")
     return 0
 
@@ -98,12 +104,16 @@ def cmd_bench(args) -> int:
     if args.limit:
         prompts = prompts[: args.limit]
     session = _session(args)
-    report = run_bench(session, prompts, args.max_new_tokens, args.drafter)
+    if args.category:
+        prompts = [p for p in prompts if p["category"] in args.category]
+    report = run_bench(session, prompts, args.max_new_tokens, args.drafter, hf=not args.no_hf, agreement=not args.no_agreement)
     Path(args.json).write_text(json.dumps(report, indent=1))
     summary = {k: v for k, v in report["summary"].items() if k != "by_category"}
-    print(json.dumps(summary, indent=1))
+    print(json.dumps({"step_costs": report["step_costs"], **summary}, indent=1))
     for cat, row in report["summary"]["by_category"].items():
-        print(f"  {cat:<10} speedup {row['speedup_vs_plain']:.2f}x  acceptance {row['acceptance']:.2f}")
+        agree = (f"  agreement full {row['agreement_full']:.3f} reduced {row['agreement_reduced']:.3f}"
+                 if row["agreement_full"] is not None else "")
+        print(f"  {cat:<10} speedup {row['speedup_vs_plain']:.2f}x  acceptance {row['acceptance']:.2f}{agree}")
     print(f"wrote {args.json}")
     return 0
 
@@ -234,6 +244,12 @@ def build_parser() -> argparse.ArgumentParser:
                             " mtp: the target's own MTP layers (prompt lookup when it has none)")
         p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
         p.add_argument("--max-new-tokens", type=int, default=128)
+        p.add_argument("--drafter-head", choices=["pruned", "full"], default="pruned",
+                       help="draft from a reduced LM head (frequent tokens + the request's own) or the full vocabulary")
+        p.add_argument("--drafter-precision", choices=["auto", "int8", "bf16", "fp32"], default="auto",
+                       help="drafter weights; auto: int8 where the fast CPU kernel runs (never changes the output)")
+        p.add_argument("--draft-vocab-size", type=int, default=DEFAULT_DRAFT_VOCAB,
+                       help="tokens kept by the pruned drafter head")
 
     p = sub.add_parser("setup", help="assemble, verify and convert the default offline model pair")
     p.set_defaults(func=cmd_setup)
@@ -253,6 +269,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompts", default=str(RESOURCES / "prompts" / "bench.jsonl"))
     p.add_argument("--json", default="bench.json")
     p.add_argument("--limit", type=int, default=0, help="only the first N prompts")
+    p.add_argument("--category", action="append", help="only prompts of this category (repeatable)")
+    p.add_argument("--no-hf", action="store_true", help="skip transformers' generate reference runs")
+    p.add_argument("--no-agreement", action="store_true", help="skip the teacher-forced drafter agreement")
     model_options(p)
     p.set_defaults(func=cmd_bench)
 

@@ -7,6 +7,12 @@ prefill a plain one-token pass, v1 from every speculative pass since. The speedu
 plain decoding (one token per v(0)) is S(k) = E[tokens] * v(0) / (v(k) + k*c). We pick the k that
 maximises S and draft nothing (k = 0) when no k is expected to beat plain decoding; after a while
 we probe again with k = 1 so a request whose text becomes predictable regains speculation.
+
+Switching off must cost plain decoding next to nothing (prose that a drafter predicts badly
+must not run slower than plain), so: speculation resumes only when expected to beat plain by a
+margin (``resume_margin``: no on/off flapping around S = 1 where the estimate is noise), and each
+rejected probe doubles the wait before the next one (a probe costs a draft step and a wider
+verification).
 """
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ class DraftLengthController:
         prior_acceptance: float = 0.7,
         decay: float = 0.9,
         probe_every: int = 16,
+        max_probe_every: int = 128,
+        resume_margin: float = 1.05,
         drafting_is_free: bool = False,
     ) -> None:
         self.fixed = fixed
@@ -30,6 +38,9 @@ class DraftLengthController:
         self.k = 0  # the first step is a plain pass that measures v(0)
         self.decay = decay
         self.probe_every = probe_every
+        self.max_probe_every = max_probe_every
+        self.resume_margin = resume_margin
+        self._wait = probe_every  # off steps before the next probe
         self.drafting_is_free = drafting_is_free
         # Acceptance as decayed counts of (accepted, tried) draft positions, seeded by a prior.
         self._acc = prior_acceptance * 4
@@ -38,6 +49,7 @@ class DraftLengthController:
         self._v0: float | None = None  # seconds for a one-token target pass
         self._v1: float | None = None  # extra seconds per verified draft token
         self._off_steps = 0
+        self._probing = False  # speculation is off and only probes run
         self._calibrated = False
 
     @property
@@ -69,7 +81,7 @@ class DraftLengthController:
         elif self._v0 is not None:
             slope = max(0.0, (verify_s - self._v0) / k)
             self._v1 = slope if self._v1 is None else d * self._v1 + (1 - d) * slope
-        self.k = self._choose(previous=k if requested is None else requested)
+        self.k = self._choose(previous=k if requested is None else requested, n_accepted=n_accepted)
 
     def verify_cost(self, k: int) -> float:
         """v(k) in seconds; until measured, assume 1 s per pass and 10% more per extra token,
@@ -84,7 +96,7 @@ class DraftLengthController:
         c = 0.0 if self.drafting_is_free else (self._draft_step_s or 0.0)
         return tokens * self.verify_cost(0) / (self.verify_cost(k) + k * c)
 
-    def _choose(self, previous: int) -> int:
+    def _choose(self, previous: int, n_accepted: int = 0) -> int:
         if self.fixed is not None:
             return self.fixed
         if previous == 0 and not self._calibrated:
@@ -92,9 +104,11 @@ class DraftLengthController:
             return self.initial_k
         if previous == 0:
             self._off_steps += 1
-            if self._off_steps % self.probe_every:
+            if self._off_steps < self._wait:
                 return 0
+            self._off_steps = 0
             return 1  # probe: acceptance may have risen since speculation was switched off
+        failed_probe = self._probing and n_accepted == 0  # while off, drafting steps are probes
         best_k, best_s = 0, 1.0
         for k in range(1, self.max_k + 1):
             s = self.expected_speedup(k)
@@ -102,4 +116,13 @@ class DraftLengthController:
                 best_k, best_s = k, s
         if not math.isfinite(best_s):
             return previous
+        if self._probing and best_s < self.resume_margin:
+            best_k = 0  # a probe must show a clear gain before speculation resumes
+        if best_k == 0:
+            # Back off: each rejected probe doubles the wait before the next one.
+            self._wait = min(self._wait * 2, self.max_probe_every) if failed_probe else self.probe_every
+            self._probing = True
+        else:
+            self._wait = self.probe_every
+            self._probing = False
         return best_k

@@ -11,6 +11,7 @@ import torch
 
 from engine.fast_linear import accelerate_linears
 from engine.placement import check_fits, dtype_for, pick_device  # noqa: F401  (pick_device, dtype_for: re-exported)
+from engine.quantize import int8_available, to_int8_drafter
 from engine.settings import Precision
 
 log = logging.getLogger(__name__)
@@ -18,12 +19,15 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class LoadedModel:
+    """``weights`` says how the weights are held: "bf16", "fp32", "fp16" or "int8"."""
+
     name: str
     model: torch.nn.Module
     tokenizer: object
     device: torch.device
     dtype: torch.dtype
     seconds: float
+    weights: str = ""
 
 
 def read_config(path: Path) -> dict:
@@ -35,10 +39,12 @@ def read_config(path: Path) -> dict:
 
 
 def load_model(path: Path, precision: Precision = "fast", device: str = "auto", fast_kernels: bool = True,
-               role: str = "target", with_tokenizer: bool = True, check_memory: bool = True) -> LoadedModel:
+               role: str = "target", weights: str | None = None, with_tokenizer: bool = True,
+               check_memory: bool = True) -> LoadedModel:
     """Load a model folder. ``fast_kernels`` routes bf16 CPU linears through kernels.linear;
-    ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". Drafters that ship
-    no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False`` (tokenizer None).
+    ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". ``weights``
+    ("int8", "bf16", "fp32"; drafters only) overrides the dtype the precision mode implies.
+    Drafters that ship no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False``.
     ``check_memory``: on a GPU, refuse with ``placement.DoesNotFit`` when the model would not fit
     its free memory (the CPU is never checked)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -46,18 +52,39 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     path = Path(path)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} is not a model folder (no config.json)")
+    if weights is not None and role != "drafter":
+        raise ValueError("only a drafter's weights may differ from the precision mode's")
     dev = pick_device(device)
     dtype = dtype_for(precision, dev)
     if check_memory and dev.type != "cpu":
         check_fits(path, None, dtype, dev)
+    if weights in ("bf16", "fp32"):
+        dtype = torch.bfloat16 if weights == "bf16" else torch.float32
     start = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(dev).eval()
-    if fast_kernels:
+    # int8 is quantized from the checkpoint's bf16 weights (loading fp32 first would only cost
+    # time and memory: the values are the same).
+    load_dtype = torch.bfloat16 if weights == "int8" else dtype
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype).to(dev).eval()
+    if weights == "int8":
+        to_int8_drafter(model)
+        dtype = torch.float32  # activations
+    elif fast_kernels:
         accelerate_linears(model, batch_invariant=role == "target")
     tokenizer = AutoTokenizer.from_pretrained(path) if with_tokenizer else None
     seconds = time.perf_counter() - start
-    log.info("loaded %s on %s as %s in %.1fs", path.name, dev, dtype, seconds)
-    return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds)
+    held = weights or {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    log.info("loaded %s on %s, %s weights, in %.1fs", path.name, dev, held, seconds)
+    return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds, held)
+
+
+def drafter_weights(requested: str, precision: Precision, device: str = "auto") -> str:
+    """Resolve a drafter precision choice: "auto" is int8 where the fast int8 kernel runs."""
+    if requested != "auto":
+        return requested
+    dev = pick_device(device)
+    if dev.type == "cpu" and int8_available():
+        return "int8"
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype_for(precision, dev)]
 
 
 def same_vocabulary(target_tokenizer, drafter_tokenizer) -> bool:

@@ -44,6 +44,17 @@ class ModelRunner:
         last ``n_logits`` fed positions (logits at position j predict the token after j).
         ``token_ids`` may be a 1-D long tensor already on the device (a drafter feeding back its
         own token without reading it on the host)."""
+        out = self._run(self.model, token_ids, logits_to_keep=n_logits)
+        return out.logits[0, -n_logits:].float()
+
+    @torch.inference_mode()
+    def forward_hidden(self, token_ids: list[int], n_last: int = 1) -> torch.Tensor:
+        """Like ``forward`` but stop before the LM head: the final (normed) hidden states
+        [n_last, H] of the last fed positions, for a caller that applies its own head."""
+        out = self._run(self.model.get_decoder(), token_ids)
+        return out.last_hidden_state[0, -n_last:]
+
+    def _run(self, module, token_ids: list[int] | torch.Tensor, **kwargs):
         n = len(token_ids)
         if n == 0:
             raise ValueError("nothing to feed")
@@ -67,12 +78,12 @@ class ModelRunner:
         else:
             self.hidden = None
         try:
-            out = self.model(
+            out = module(
                 input_ids=input_ids,
                 cache=self.cache,
                 use_cache=True,
                 position_ids=positions.unsqueeze(0),
-                logits_to_keep=n_logits,
+                **kwargs,
             )
         finally:
             if hook is not None:
@@ -82,7 +93,7 @@ class ModelRunner:
             # whose logits are not kept); whatever it computed ends at the last fed position.
             self.hidden_start = self.length + n - self.hidden.shape[0]
         self.length += n
-        return out.logits[0, -n_logits:].float()
+        return out
 
     def crop(self, length: int) -> None:
         """Forget cached positions from ``length`` on (no-op when already shorter)."""

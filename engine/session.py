@@ -15,10 +15,11 @@ from engine.drafters import DraftModelDrafter, Drafter, DrafterMismatch, Gemma4A
 from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
 from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.events import Event
-from engine.loading import LoadedModel, load_model, read_config, same_vocabulary
+from engine.drafters.reduced_head import ReducedHead
+from engine.loading import LoadedModel, drafter_weights, load_model, read_config, same_vocabulary
 from engine.placement import check_fits, dtype_for, pick_device
 from engine.runner import ModelRunner
-from engine.settings import DecodeSettings, Precision
+from engine.settings import DecodeSettings, DrafterOptions, Precision
 
 DrafterKind = Literal["model", "lookup", "mtp", "off"]
 
@@ -27,8 +28,19 @@ __all__ = ["DrafterKind", "DrafterMismatch", "Session"]
 log = logging.getLogger(__name__)
 
 
+def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | None:
+    """The head a draft model drafts from: None keeps the model's own (full, same precision)."""
+    from engine.draft_vocab import load_subset
+
+    int8 = drafter.weights == "int8"
+    if options.head == "full" and not int8:
+        return None
+    ids = load_subset(drafter.tokenizer, options.vocab_size) if options.head == "pruned" else None
+    return ReducedHead(drafter.model.get_output_embeddings().weight, ids, int8=int8)
+
+
 class Session:
-    def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None) -> None:
+    def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None, drafter_options: DrafterOptions | None = None) -> None:
         # A Gemma 4 assistant ships no tokenizer: it is checked against the target's config.
         assistant = drafter is not None and is_assistant_config(drafter.model.config)
         if drafter is not None and not assistant and not same_vocabulary(target.tokenizer, drafter.tokenizer):
@@ -39,16 +51,21 @@ class Session:
         self.drafter_model = drafter
         self.tokenizer = target.tokenizer
         self.eos_ids = eos_token_ids(target.model, target.tokenizer)
+        self.drafter_options = drafter_options or DrafterOptions()
         if assistant:
             self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
+        elif drafter is not None:
+            self._model_drafter = DraftModelDrafter(drafter.model, drafter.name, head=draft_head(drafter, self.drafter_options))
         else:
-            self._model_drafter = DraftModelDrafter(drafter.model, drafter.name) if drafter else None
+            self._model_drafter = None
         self._mtp_drafter: Drafter | None = None
         #: Set when a requested drafter was replaced by another one; says why, for the user.
         self.drafter_note: str | None = None
 
     @classmethod
-    def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto") -> "Session":
+    def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto",
+             drafter_options: DrafterOptions | None = None) -> "Session":
+        options = drafter_options or DrafterOptions()
         dev = pick_device(device)
         if dev.type != "cpu":  # both models together, before either is loaded
             check_fits(Path(target_path), Path(drafter_path) if drafter_path else None, dtype_for(precision, dev), dev)
@@ -61,8 +78,13 @@ class Session:
             check_assistant_fits(target.model.config, AutoConfig.from_pretrained(drafter_path), target.name, Path(drafter_path).name)
             drafter = load_model(drafter_path, precision, str(dev), role="drafter", with_tokenizer=False, check_memory=False)
         elif drafter_path:
-            drafter = load_model(drafter_path, precision, str(dev), role="drafter", check_memory=False)
-        return cls(target, drafter)
+            weights = drafter_weights(options.precision, precision, str(dev))
+            drafter = load_model(drafter_path, precision, str(dev), role="drafter", weights=weights, check_memory=False)
+        return cls(target, drafter, options)
+
+    @property
+    def model_drafter(self) -> DraftModelDrafter | None:
+        return self._model_drafter
 
     @property
     def precision(self) -> str:

@@ -6,6 +6,8 @@ from typing import Literal
 
 Mode = Literal["greedy", "sample"]
 Precision = Literal["exact", "fast"]
+DraftHead = Literal["pruned", "full"]
+DrafterPrecision = Literal["auto", "int8", "bf16", "fp32"]
 
 
 @dataclass(frozen=True)
@@ -39,3 +41,26 @@ class DecodeSettings:
             raise ValueError("draft_length must be >= 0")
         if self.max_draft_length < 1:
             raise ValueError("max_draft_length must be >= 1")
+
+
+@dataclass(frozen=True)
+class DrafterOptions:
+    """How a draft model is loaded. None of it affects what the target accepts, only the cost of a
+    draft step and how often drafts agree with the target.
+
+    head "pruned" scores only ``vocab_size`` frequent tokens (engine.draft_vocab) plus the
+    request's own tokens; "full" scores the whole vocabulary. precision "auto" is int8 weights
+    where a fast int8 kernel runs (CPU), else the target's dtype; "int8", "bf16", "fp32" force one.
+    """
+
+    head: DraftHead = "pruned"
+    precision: DrafterPrecision = "auto"
+    vocab_size: int = 16384
+
+    def __post_init__(self) -> None:
+        if self.head not in ("pruned", "full"):
+            raise ValueError(f"drafter head must be 'pruned' or 'full', not {self.head!r}")
+        if self.precision not in ("auto", "int8", "bf16", "fp32"):
+            raise ValueError(f"drafter precision must be auto, int8, bf16 or fp32, not {self.precision!r}")
+        if self.vocab_size < 1:
+            raise ValueError("vocab_size must be >= 1")

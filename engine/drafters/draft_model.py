@@ -4,12 +4,18 @@ from __future__ import annotations
 import torch
 
 from engine.drafters.base import Draft
+from engine.drafters.fused_runner import FusedRunner, worth_using
+from engine.drafters.reduced_head import ReducedHead
 from engine.runner import ModelRunner
 from engine.sampler import Sampler
 
 
 class DraftModelDrafter:
-    """``min_confidence``: stop drafting early when the drafter's probability of its own
+    """``head``: a ReducedHead to draft from instead of the model's own LM head (a token subset
+    and/or int8 rows: a cheaper step). None uses the model's head over the whole vocabulary.
+    ``fused``: run an int8 drafter's layers one kernel call each (FusedRunner); None decides.
+
+    ``min_confidence``: stop drafting early when the drafter's probability of its own
     token falls below it (such tokens are usually rejected, and every draft step costs a drafter
     pass). How many tokens are proposed may depend on the drafter's state without breaking
     losslessness: each proposed token is still drawn from q and verified against p. Off by
@@ -18,48 +24,93 @@ class DraftModelDrafter:
 
     free = False
 
-    def __init__(self, model, name: str = "draft model", min_confidence: float = 0.0) -> None:
-        self.runner = ModelRunner(model)
+    def __init__(self, model, name: str = "draft model", min_confidence: float = 0.0, head: ReducedHead | None = None,
+                 fused: bool | None = None) -> None:
+        use_fused = worth_using(model) if fused is None else fused
+        self.runner = FusedRunner(model) if use_fused else ModelRunner(model)
         self.name = name
         self.min_confidence = min_confidence
+        self.head = head
+        self._seen = 0  # context tokens already offered to the head
+        self._cached: list[int] = []  # the tokens whose keys/values the runner's cache holds
 
     def reset(self) -> None:
-        self.runner.reset()
+        # The cache is kept: prepare() reuses whatever prefix the next prompt shares with it.
+        self._seen = 0
+        if self.head is not None:
+            self.head.reset()
 
     def prepare(self, prompt: list[int]) -> None:
-        self.runner.reset()
-        if len(prompt) > 1:
-            self.runner.forward(prompt[:-1])
+        """Prefill the drafter with the prompt, reusing the cached prefix it shares with the
+        previous request (the chat template's system prompt, earlier turns of a chat): a
+        drafter prefill is paid before the first draft and is not cheap at int8 either."""
+        self.reset()
+        self._offer(prompt)
+        body = prompt[:-1]
+        common = 0
+        for a, b in zip(self._cached, body):
+            if a != b:
+                break
+            common += 1
+        self._crop(common)
+        if len(body) > common:
+            # Only the cache is wanted here: skip the LM head entirely.
+            self._feed_hidden(body[common:])
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0:
             return Draft(())
+        self._offer(context)
         # Feed whatever the drafter has not seen yet: after a full acceptance that is the last
         # draft token plus the target's bonus token, otherwise just the target's token.
-        pending: list[int] | torch.Tensor = context[self.runner.length :]
-        tokens: list[torch.Tensor] = []
+        pending = context[self.runner.length :]
+        tokens: list[int] = []
         dists: list[torch.Tensor] = []
         for i in range(k):
-            logits = self.runner.forward(pending)[-1]
-            # The token stays on the device and is fed back as is: on a GPU the k draft passes
-            # queue up without the host waiting for each one.
-            token, dist = sampler.choose_on_device(logits)
-            if i > 0 and self.min_confidence > 0:
-                # Early stopping needs the value on the host: one sync per draft token, only
-                # when this option is on.
-                confidence = float((dist if dist is not None else logits.softmax(-1))[token])
-                if confidence < self.min_confidence:
-                    # The cache already holds every proposed token; observe() crops
-                    # whatever verification rejects.
-                    break
-            tokens.append(token.reshape(1))
+            token, dist, confidence = self._next(pending, sampler, want_confidence=i > 0 and self.min_confidence > 0)
+            if confidence is not None and confidence < self.min_confidence:
+                # The cache already holds every proposed token; observe() crops
+                # whatever verification rejects.
+                break
+            tokens.append(token)
             if dist is not None:
                 dists.append(dist)
-            pending = tokens[-1]
+            pending = [token]
         # The last draft token is not fed: it is only needed if accepted, and then it is fed
         # together with the bonus token in the next round.
         probs = torch.stack(dists) if dists else None
-        return Draft(tuple(torch.cat(tokens).tolist()), probs)  # the one sync of a proposal
+        return Draft(tuple(tokens), probs)
 
     def observe(self, valid_length: int) -> None:
-        self.runner.crop(valid_length)
+        self._crop(valid_length)
+
+    def _crop(self, length: int) -> None:
+        self.runner.crop(length)
+        del self._cached[length:]
+
+    def _feed_hidden(self, tokens: list[int]) -> torch.Tensor:
+        hidden = self.runner.forward_hidden(tokens)
+        self._cached.extend(tokens)
+        return hidden
+
+    def _next(self, pending: list[int], sampler: Sampler, want_confidence: bool) -> tuple[int, torch.Tensor | None, float | None]:
+        """One drafter step: (token, the full-vocabulary q it was drawn from or None when
+        greedy, its probability under the drafter when asked for)."""
+        if self.head is None:
+            logits = self.runner.forward(pending)[-1]
+            self._cached.extend(pending)
+            token, dist = sampler.choose(logits)
+            confidence = float((dist if dist is not None else logits.softmax(-1))[token]) if want_confidence else None
+            return token, dist, confidence
+        logits = self.head.logits(self._feed_hidden(pending)[-1])
+        index, sub_dist = sampler.choose(logits)
+        confidence = float((sub_dist if sub_dist is not None else logits.softmax(-1))[index]) if want_confidence else None
+        # q must be the distribution actually sampled from: the subset's, zero elsewhere.
+        dist = self.head.to_vocab(sub_dist) if sub_dist is not None else None
+        return self.head.token(index), dist, confidence
+
+    def _offer(self, context: list[int]) -> None:
+        """Tokens of the request not yet offered to the head become proposable."""
+        if self.head is not None and len(context) > self._seen:
+            self.head.include(context[self._seen :])
+        self._seen = len(context)

@@ -32,8 +32,9 @@ def test_speculation_switches_off_when_it_cannot_pay():
 def test_switched_off_speculation_probes_again_and_comes_back():
     ctrl = feed(DraftLengthController(max_k=8, probe_every=4), 30, 0.2, 1.0, 0.6, 1.0)
     assert ctrl.next_k() == 0
-    # The text became predictable and drafting cheap: a probe notices, speculation resumes.
-    feed(ctrl, 40, 0.98, 1.0, 0.05, 0.05)
+    # The text became predictable and drafting cheap: probes notice, speculation resumes (after
+    # a few probes: one rejected probe backs off, and a probe must show a clear gain).
+    feed(ctrl, 80, 0.98, 1.0, 0.05, 0.05)
     assert ctrl.next_k() >= 2
 
 
@@ -49,3 +50,29 @@ def test_free_drafter_with_no_proposal_is_not_switched_off():
     ctrl = DraftLengthController(max_k=8, drafting_is_free=True)
     ctrl.record(0, 0, 1.0, 0.0, requested=4)  # prompt lookup found no match this step
     assert ctrl.next_k() > 0
+
+
+def test_unsuccessful_probes_back_off():
+    ctrl = feed(DraftLengthController(max_k=8, probe_every=4, max_probe_every=32), 30, 0.0, 1.0, 0.6, 1.0)
+    probes = []
+    for step in range(200):
+        k = ctrl.next_k()
+        probes.append(k)
+        ctrl.record(k, 0, 1.0 + 0.6 * k, 1.0 * k, requested=k)
+    gaps = [i for i, k in enumerate(probes) if k]
+    waits = [b - a for a, b in zip(gaps, gaps[1:])]
+    assert waits == sorted(waits) and waits[-1] == 33  # 4, 8, 16, 32 off steps between probes
+    assert sum(probes) <= 10
+
+
+def test_a_probe_must_show_a_clear_gain_to_resume():
+    # Expected speedup just above 1: speculating would flap on and off around break-even.
+    ctrl = DraftLengthController(max_k=1, probe_every=2, resume_margin=1.05)
+    ctrl.record(0, 0, 1.0, 0.0, requested=0)  # calibration pass
+    for _ in range(40):
+        k = ctrl.next_k()
+        n = k if k else 0  # every probe accepted...
+        # ...but a draft step costs nearly a whole target step: S(1) ~ 2 / 1.95 ~ 1.03
+        ctrl.record(k, n, 1.0 + 0.45 * k, 0.5 * k, requested=k)
+    assert ctrl.expected_speedup(1) < 1.05
+    assert ctrl.next_k() == 0

@@ -2,7 +2,9 @@
 
 With top-k = 3 the target's law over the first four new tokens has 81 outcomes; we compute it
 exactly from the model and compare speculative samples against it with a chi-square test
-(false-alarm rate 1e-4). Run for a close drafter, a far drafter and prompt lookup.
+(false-alarm rate 1e-4). Run for a close drafter, a far drafter, prompt lookup, and drafters
+whose head covers only part of the vocabulary (their q is zero outside it, and verification must
+be given that q, not the full head's), with float and int8 weights.
 """
 import itertools
 
@@ -11,9 +13,11 @@ import torch
 
 from engine.decoding import speculative_decode
 from engine.drafters import DraftModelDrafter, PromptLookupDrafter
+from engine.drafters.reduced_head import ReducedHead
 from engine.events import Finished
 from engine.runner import ModelRunner
 from engine.settings import DecodeSettings
+from engine.quantize import to_int8_drafter
 from engine.tiny_models import build_model, build_tokenizer, perturbed_copy
 from kernels.sampling import process_logits
 from tests.stats_helpers import assert_same_distribution
@@ -44,7 +48,22 @@ def exact_law(target, prompt):
     return law
 
 
-@pytest.mark.parametrize("drafter_kind", ["close", "far", "lookup"])
+def pruned_drafter(target, prompt, int8):
+    """A close drafter whose head keeps a random third of the vocabulary, chosen so that it
+    lacks some of the target's likeliest first tokens (they can then only come from the
+    verifier's residual distribution)."""
+    with torch.no_grad():
+        favourites = target(torch.tensor([prompt])).logits[0, -1].topk(TOP_K).indices.tolist()
+    vocab = target.config.vocab_size
+    subset = torch.randperm(vocab, generator=torch.Generator().manual_seed(4))[: vocab // 3].tolist()
+    subset = [t for t in subset if t not in favourites[:2] and t not in prompt]
+    model = perturbed_copy(target, 0.01, seed=3)
+    if int8:
+        model = to_int8_drafter(model)
+    return DraftModelDrafter(model, head=ReducedHead(model.lm_head.weight, subset, int8=int8))
+
+
+@pytest.mark.parametrize("drafter_kind", ["close", "far", "lookup", "pruned", "pruned-int8"])
 def test_speculative_sampling_matches_target_distribution(setup, drafter_kind):
     tokenizer, target, prompt = setup
     if drafter_kind == "lookup":
@@ -56,6 +75,8 @@ def test_speculative_sampling_matches_target_distribution(setup, drafter_kind):
     probs = torch.tensor([law[o] for o in outcomes])
     if drafter_kind == "lookup":
         drafter = PromptLookupDrafter()  # deterministic drafts: q is one-hot
+    elif drafter_kind.startswith("pruned"):
+        drafter = pruned_drafter(target, prompt, int8=drafter_kind.endswith("int8"))
     else:
         noise = 0.01 if drafter_kind == "close" else 0.3
         drafter = DraftModelDrafter(perturbed_copy(target, noise, seed=3))

@@ -1,0 +1,134 @@
+"""Run an int8 drafter's decoder one kernel call per layer (kernels.draft_decoder).
+
+Same interface as ModelRunner (reset, forward_hidden, forward, crop, length) for the drafters
+it supports: Llama / Qwen2-shaped models whose linear layers are Int8Linear (engine.quantize),
+with plain rotary embeddings and no sliding window. It reads the model's own int8 buffers (no
+copy) and keeps its own fp32 key/value cache, grown by doubling.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from engine.quantize import Int8Linear
+from engine.runner import ContextTooLong
+from kernels import draft_decoder
+from kernels.draft_decoder.reference import rms_norm
+
+log = logging.getLogger(__name__)
+
+_ARCHITECTURES = {"qwen2", "llama", "mistral"}
+
+
+def _layer_parts(layer):
+    attn, mlp = layer.self_attn, layer.mlp
+    return attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+
+def worth_using(model) -> bool:
+    """Where the fast kernel runs and the model fits (on the reference backend FusedRunner is
+    correct but slower than transformers' own modules)."""
+    reason = unsupported_reason(model)
+    if reason is None and draft_decoder.fast_backend() is None:
+        reason = "no fast draft_decoder kernel here"
+    if reason:
+        log.info("drafter runs through transformers: %s", reason)
+    return reason is None
+
+
+def unsupported_reason(model) -> str | None:
+    """None when FusedRunner can run ``model``, else why not."""
+    config = model.config
+    if config.model_type not in _ARCHITECTURES:
+        return f"architecture {config.model_type!r}"
+    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
+        return "sliding-window attention"
+    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
+        return "MLP is not a bias-free SwiGLU"
+    rotary = getattr(model.get_decoder(), "rotary_emb", None)
+    if rotary is None or getattr(rotary, "rope_type", "default") != "default":
+        return "rotary embedding type"
+    try:
+        for layer in model.get_decoder().layers:
+            parts = _layer_parts(layer)
+            if not all(isinstance(p, Int8Linear) for p in parts):
+                return "linear layers are not int8"
+            if any(p.bias is not None for p in parts[4:]):
+                return "MLP has biases"
+    except AttributeError as exc:
+        return f"layer layout ({exc})"
+    return None
+
+
+class FusedRunner:
+    def __init__(self, model, initial_capacity: int = 256) -> None:
+        reason = unsupported_reason(model)
+        if reason:
+            raise ValueError(f"FusedRunner cannot run this model: {reason}")
+        self.model = model
+        config = model.config
+        decoder = model.get_decoder()
+        self.max_positions = getattr(config, "max_position_embeddings", None)
+        self.n_heads = config.num_attention_heads
+        self.n_kv = config.num_key_value_heads
+        self.eps = float(config.rms_norm_eps)
+        self.embed = model.get_input_embeddings().weight
+        self.final_norm = decoder.norm.weight.float()
+        self.inv_freq = decoder.rotary_emb.inv_freq.float()
+        self.rope_scale = float(getattr(decoder.rotary_emb, "attention_scaling", 1.0))
+        self.layers = []
+        for layer in decoder.layers:
+            q, k, v, o, g, u, d = _layer_parts(layer)
+            bias = lambda p: None if p.bias is None else p.bias.float()  # noqa: E731
+            self.layers.append((
+                layer.input_layernorm.weight.float(),
+                q.q, q.scale, bias(q), k.q, k.scale, bias(k), v.q, v.scale, bias(v), o.q, o.scale, bias(o),
+                layer.post_attention_layernorm.weight.float(),
+                g.q, g.scale, u.q, u.scale, d.q, d.scale,
+            ))
+        self.head_dim = self.layers[0][1].shape[0] // self.n_heads
+        self._capacity = initial_capacity
+        self._alloc(initial_capacity)
+        self.reset()
+
+    def _alloc(self, capacity: int) -> None:
+        shape = (len(self.layers), self.n_kv, capacity, self.head_dim)
+        k, v = torch.zeros(shape), torch.zeros(shape)
+        if hasattr(self, "k"):
+            k[:, :, : self.k.shape[2]] = self.k
+            v[:, :, : self.v.shape[2]] = self.v
+        self.k, self.v = k, v
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        """Forget cached positions from ``length`` on (no-op when already shorter)."""
+        self.length = min(self.length, length)
+
+    @torch.inference_mode()
+    def forward_hidden(self, token_ids: list[int], n_last: int = 1) -> torch.Tensor:
+        """Feed ``token_ids`` after the cached ones; the final normed hidden states [n_last, H]."""
+        n = len(token_ids)
+        if n == 0:
+            raise ValueError("nothing to feed")
+        end = self.length + n
+        if self.max_positions and end > self.max_positions:
+            raise ContextTooLong(f"context of {end} tokens exceeds the model's window of {self.max_positions}")
+        if end > self.k.shape[2]:
+            self._alloc(max(end, 2 * self.k.shape[2]))
+        x = self.embed[torch.tensor(token_ids)].float().contiguous()
+        angles = torch.arange(self.length, end, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+        cos = (angles.cos() * self.rope_scale).contiguous()
+        sin = (angles.sin() * self.rope_scale).contiguous()
+        for i, weights in enumerate(self.layers):
+            draft_decoder.decoder_layer(x, *weights, self.k[i], self.v[i], cos, sin, self.length, self.n_heads, self.n_kv, self.eps)
+        self.length = end
+        return rms_norm(x[-n_last:], self.final_norm, self.eps)
+
+    def forward(self, token_ids: list[int], n_logits: int = 1) -> torch.Tensor:
+        """Logits through the model's own LM head, as ModelRunner.forward."""
+        hidden = self.forward_hidden(token_ids, n_last=n_logits)
+        with torch.inference_mode():
+            return self.model.get_output_embeddings()(hidden).float()

@@ -1,0 +1,192 @@
+// One pre-norm decoder layer (Llama / Qwen2 shape: RMSNorm, rotary GQA attention, SwiGLU MLP)
+// with int8 weights, for M new tokens at positions pos0 .. pos0+M-1, in one call. A drafter
+// step is ~25 of these; run as PyTorch modules each costs ~50 small ops, whose dispatch
+// overhead is a sizeable part of a draft step once the weights are int8. The contract is
+// kernels/draft_decoder/reference.py.
+#include "int8_gemm.h"
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+using tandem_int8::hsum;
+using tandem_int8::linear_into;
+
+// exp for the softmax, AVX2 (Cephes-style range reduction + degree-5 polynomial, ~1 ulp).
+inline __m256 exp256(__m256 x) {
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
+  x = _mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f));
+  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+  fx = _mm256_floor_ps(fx);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+void rms_norm(const float* x, const float* w, float* out, int64_t M, int64_t H, float eps) {
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * H;
+    double ss = 0.0;
+    for (int64_t i = 0; i < H; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float r = 1.0f / std::sqrt(static_cast<float>(ss / H) + eps);
+    for (int64_t i = 0; i < H; ++i) out[m * H + i] = w[i] * (xr[i] * r);
+  }
+}
+
+// HF's rotate_half convention: pairs (i, i + D/2) rotate by the angle of frequency i.
+void rope(float* t, int64_t M, int64_t heads, int64_t D, const float* cos, const float* sin) {
+  const int64_t half = D / 2;
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = t + (m * heads + h) * D;
+      for (int64_t i = 0; i < half; ++i) {
+        const float c = cos[m * half + i], s = sin[m * half + i];
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+      }
+    }
+}
+
+inline float dot(const float* a, const float* b, int64_t D) {
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= D; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+  float s = hsum(acc);
+  for (; i < D; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// out[m, h, :] = softmax_t(q[m, h] . K[g, t] / sqrt(D)) @ V[g, t], t <= pos0 + m, g = h / group.
+void attention(const float* q, const float* kc, const float* vc, float* out, int64_t M, int64_t nh,
+               int64_t nkv, int64_t D, int64_t cap, int64_t pos0) {
+  const int64_t group = nh / nkv;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  at::parallel_for(0, M * nh, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> w(pos0 + M + 8);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t m = task / nh, h = task % nh, g = h / group, T = pos0 + m + 1;
+      const float* qr = q + (m * nh + h) * D;
+      const float* K = kc + g * cap * D;
+      const float* V = vc + g * cap * D;
+      float mx = -INFINITY;
+      for (int64_t t = 0; t < T; ++t) {
+        w[t] = dot(qr, K + t * D, D) * scale;
+        mx = std::max(mx, w[t]);
+      }
+      const __m256 vmx = _mm256_set1_ps(mx);
+      __m256 vsum = _mm256_setzero_ps();
+      int64_t t = 0;
+      for (; t + 8 <= T; t += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(w.data() + t), vmx));
+        _mm256_storeu_ps(w.data() + t, e);
+        vsum = _mm256_add_ps(vsum, e);
+      }
+      float sum = hsum(vsum);
+      for (; t < T; ++t) {
+        w[t] = std::exp(w[t] - mx);
+        sum += w[t];
+      }
+      float* o = out + (m * nh + h) * D;
+      for (int64_t i = 0; i < D; ++i) o[i] = 0.0f;
+      for (int64_t tt = 0; tt < T; ++tt) {
+        const float p = w[tt] / sum;
+        const float* vr = V + tt * D;
+        int64_t i = 0;
+        const __m256 vp = _mm256_set1_ps(p);
+        for (; i + 8 <= D; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(vr + i), _mm256_loadu_ps(o + i)));
+        for (; i < D; ++i) o[i] += p * vr[i];
+      }
+    }
+  });
+}
+
+// g <- silu(g) * u = g / (1 + exp(-g)) * u
+void silu_mul(float* g, const float* u, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gv = _mm256_loadu_ps(g + i);
+    const __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+    _mm256_storeu_ps(g + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), _mm256_loadu_ps(u + i)));
+  }
+  for (; i < n; ++i) g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+}
+
+const float* opt_ptr(const c10::optional<torch::Tensor>& t) {
+  return t.has_value() && t->defined() ? t->data_ptr<float>() : nullptr;
+}
+
+void check_int8(const torch::Tensor& w, const torch::Tensor& s, int64_t K) {
+  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 2 && w.is_contiguous() && w.size(1) == K, "int8 weight [N, K] expected");
+  TORCH_CHECK(s.scalar_type() == at::kFloat && s.numel() == w.size(0) && s.is_contiguous(), "fp32 scale [N] expected");
+}
+
+}  // namespace
+
+// Runs the layer on x [M, H] fp32 in place and writes the new keys/values into kc/vc
+// [n_kv, cap, D] fp32 at positions pos0 .. pos0+M-1. cos/sin: [M, D/2] for those positions.
+void decoder_layer(torch::Tensor x, torch::Tensor ln1,
+                   torch::Tensor wq, torch::Tensor sq, c10::optional<torch::Tensor> bq,
+                   torch::Tensor wk, torch::Tensor sk, c10::optional<torch::Tensor> bk,
+                   torch::Tensor wv, torch::Tensor sv, c10::optional<torch::Tensor> bv,
+                   torch::Tensor wo, torch::Tensor so, c10::optional<torch::Tensor> bo,
+                   torch::Tensor ln2,
+                   torch::Tensor wg, torch::Tensor sg, torch::Tensor wu, torch::Tensor su,
+                   torch::Tensor wd, torch::Tensor sd,
+                   torch::Tensor kc, torch::Tensor vc, torch::Tensor cos, torch::Tensor sin,
+                   int64_t pos0, int64_t n_heads, int64_t n_kv, double eps) {
+  TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous(), "x must be [M, H] fp32");
+  const int64_t M = x.size(0), H = x.size(1);
+  const int64_t D = wq.size(0) / n_heads, I = wg.size(0), cap = kc.size(1);
+  check_int8(wq, sq, H); check_int8(wk, sk, H); check_int8(wv, sv, H); check_int8(wo, so, n_heads * D);
+  check_int8(wg, sg, H); check_int8(wu, su, H); check_int8(wd, sd, I);
+  TORCH_CHECK(wk.size(0) == n_kv * D && wv.size(0) == n_kv * D && n_heads % n_kv == 0, "head shapes do not match");
+  TORCH_CHECK(kc.scalar_type() == at::kFloat && kc.is_contiguous() && vc.is_contiguous() && kc.size(0) == n_kv && kc.size(2) == D, "cache must be [n_kv, cap, D] fp32");
+  TORCH_CHECK(pos0 + M <= cap, "cache too small");
+  TORCH_CHECK(cos.size(0) == M && cos.size(1) == D / 2 && cos.is_contiguous() && sin.is_contiguous(), "cos/sin must be [M, D/2]");
+  for (const auto* t : {&ln1, &ln2}) TORCH_CHECK(t->scalar_type() == at::kFloat && t->numel() == H, "norm weights must be [H] fp32");
+  for (const auto* b : {&bq, &bk, &bv, &bo})
+    TORCH_CHECK(!b->has_value() || !(*b)->defined() || ((*b)->scalar_type() == at::kFloat && (*b)->is_contiguous()), "biases must be fp32");
+
+  float* X = x.data_ptr<float>();
+  const float fe = static_cast<float>(eps);
+  std::vector<float> h(M * H), q(M * n_heads * D), k(M * n_kv * D), v(M * n_kv * D), a(M * n_heads * D), o(M * H);
+  rms_norm(X, ln1.data_ptr<float>(), h.data(), M, H, fe);
+  linear_into(h.data(), M, H, wq.data_ptr<int8_t>(), sq.data_ptr<float>(), opt_ptr(bq), n_heads * D, q.data());
+  linear_into(h.data(), M, H, wk.data_ptr<int8_t>(), sk.data_ptr<float>(), opt_ptr(bk), n_kv * D, k.data());
+  linear_into(h.data(), M, H, wv.data_ptr<int8_t>(), sv.data_ptr<float>(), opt_ptr(bv), n_kv * D, v.data());
+  rope(q.data(), M, n_heads, D, cos.data_ptr<float>(), sin.data_ptr<float>());
+  rope(k.data(), M, n_kv, D, cos.data_ptr<float>(), sin.data_ptr<float>());
+  float* KC = kc.data_ptr<float>();
+  float* VC = vc.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < n_kv; ++g) {
+      std::copy_n(k.data() + (m * n_kv + g) * D, D, KC + (g * cap + pos0 + m) * D);
+      std::copy_n(v.data() + (m * n_kv + g) * D, D, VC + (g * cap + pos0 + m) * D);
+    }
+  attention(q.data(), KC, VC, a.data(), M, n_heads, n_kv, D, cap, pos0);
+  linear_into(a.data(), M, n_heads * D, wo.data_ptr<int8_t>(), so.data_ptr<float>(), opt_ptr(bo), H, o.data());
+  for (int64_t i = 0; i < M * H; ++i) X[i] += o[i];
+
+  rms_norm(X, ln2.data_ptr<float>(), h.data(), M, H, fe);
+  std::vector<float> gate(M * I), up(M * I);
+  linear_into(h.data(), M, H, wg.data_ptr<int8_t>(), sg.data_ptr<float>(), nullptr, I, gate.data());
+  linear_into(h.data(), M, H, wu.data_ptr<int8_t>(), su.data_ptr<float>(), nullptr, I, up.data());
+  silu_mul(gate.data(), up.data(), M * I);
+  linear_into(gate.data(), M, I, wd.data_ptr<int8_t>(), sd.data_ptr<float>(), nullptr, H, o.data());
+  for (int64_t i = 0; i < M * H; ++i) X[i] += o[i];
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decoder_layer", &decoder_layer, "int8 pre-norm decoder layer (RMSNorm, rotary GQA attention, SwiGLU)");
+}

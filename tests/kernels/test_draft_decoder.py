@@ -1,0 +1,72 @@
+"""The fused int8 decoder layer: every backend against the reference (the spec)."""
+import pytest
+import torch
+
+from kernels import draft_decoder, quant_linear
+from kernels.draft_decoder import reference
+
+
+@pytest.fixture(params=draft_decoder.available_backends())
+def backend(request):
+    draft_decoder.use_backend(request.param)
+    yield request.param
+    draft_decoder.use_backend("reference")
+
+
+def layer_weights(h, n_heads, n_kv, d, inter, biases, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+
+    def lin(n, k, bias):
+        q, s = quant_linear.quantize(torch.randn(n, k, generator=gen) / k**0.5)
+        return (q, s, torch.randn(n, generator=gen) * 0.1 if bias else None)
+
+    ln = lambda: 1 + 0.1 * torch.randn(h, generator=gen)  # noqa: E731
+    return (ln(), *lin(n_heads * d, h, biases), *lin(n_kv * d, h, biases), *lin(n_kv * d, h, biases),
+            *lin(h, n_heads * d, False), ln(), *lin(inter, h, False)[:2], *lin(inter, h, False)[:2],
+            *lin(h, inter, False)[:2])
+
+
+def rope_tables(pos0, m, d):
+    angles = torch.arange(pos0, pos0 + m, dtype=torch.float32)[:, None] * (10000.0 ** (-torch.arange(0, d, 2) / d))[None]
+    return angles.cos().contiguous(), angles.sin().contiguous()
+
+
+@pytest.mark.parametrize("n_heads,n_kv", [(4, 2), (14, 2), (4, 4)])
+@pytest.mark.parametrize("steps", [[1, 1, 1], [5, 1, 2], [9], [3, 7, 1]])
+@pytest.mark.parametrize("biases", [True, False])
+def test_backend_matches_reference_over_several_calls(backend, n_heads, n_kv, steps, biases):
+    h, d, inter, cap = 64, 16, 96, 32
+    weights = layer_weights(h, n_heads, n_kv, d, inter, biases)
+    caches = {name: (torch.zeros(n_kv, cap, d), torch.zeros(n_kv, cap, d)) for name in ("got", "want")}
+    pos = 0
+    for i, m in enumerate(steps):
+        x = torch.randn(m, h, generator=torch.Generator().manual_seed(i))
+        cos, sin = rope_tables(pos, m, d)
+        got, want = x.clone(), x.clone()
+        draft_decoder.decoder_layer(got, *weights, *caches["got"], cos, sin, pos, n_heads, n_kv, 1e-6)
+        reference.decoder_layer(want, *weights, *caches["want"], cos, sin, pos, n_heads, n_kv, 1e-6)
+        assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (got - want).abs().max()
+        pos += m
+    for a, b in zip(caches["got"], caches["want"]):
+        assert torch.allclose(a[:, :pos], b[:, :pos], rtol=1e-4, atol=1e-4)
+
+
+def test_attention_is_causal_within_a_block(backend):
+    """Row m of a block must not see rows after it: feeding one by one equals feeding at once."""
+    h, n_heads, n_kv, d, inter = 64, 4, 2, 16, 96
+    weights = layer_weights(h, n_heads, n_kv, d, inter, True, seed=1)
+    x = torch.randn(6, h, generator=torch.Generator().manual_seed(2))
+    together = x.clone()
+    cos, sin = rope_tables(0, 6, d)
+    draft_decoder.decoder_layer(together, *weights, torch.zeros(n_kv, 8, d), torch.zeros(n_kv, 8, d), cos, sin, 0, n_heads, n_kv, 1e-6)
+    kc, vc = torch.zeros(n_kv, 8, d), torch.zeros(n_kv, 8, d)
+    for i in range(6):
+        row = x[i : i + 1].clone()
+        cos, sin = rope_tables(i, 1, d)
+        draft_decoder.decoder_layer(row, *weights, kc, vc, cos, sin, i, n_heads, n_kv, 1e-6)
+        assert torch.allclose(row, together[i : i + 1], rtol=1e-4, atol=1e-4)
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown draft_decoder backend"):
+        draft_decoder.use_backend("nope")
