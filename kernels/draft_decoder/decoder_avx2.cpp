@@ -188,5 +188,7 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decoder_layer", &decoder_layer, "int8 pre-norm decoder layer (RMSNorm, rotary GQA attention, SwiGLU)");
+  // Release the GIL while computing: the Qt window's thread must keep running during a step.
+  m.def("decoder_layer", &decoder_layer, "int8 pre-norm decoder layer (RMSNorm, rotary GQA attention, SwiGLU)",
+        py::call_guard<py::gil_scoped_release>());
 }

@@ -26,5 +26,7 @@ torch::Tensor linear_int8w(torch::Tensor x, torch::Tensor q, torch::Tensor scale
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear_int8w", &linear_int8w, "int8-weight linear with per-row scales, fp32 accumulation");
+  // Release the GIL while computing: the Qt window's thread must keep running during a step.
+  m.def("linear_int8w", &linear_int8w, "int8-weight linear with per-row scales, fp32 accumulation",
+        py::call_guard<py::gil_scoped_release>());
 }
