@@ -36,6 +36,7 @@ def test_drafted_tokens_are_coloured(qtbot, make_window):
     window = make_window()
     window.demo.prompt.setPlainText("for i in range(10):")
     window.demo.controls.max_new_tokens.setValue(40)
+    window.demo.controls.draft_length.setValue(3)  # fixed k: drafting regardless of timings
     with qtbot.waitSignal(window.demo_finished, timeout=120_000) as finished:
         window.demo.run_button.click()
     assert finished.args[0].speculative.stats.accepted > 0
