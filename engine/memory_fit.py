@@ -6,7 +6,9 @@ An estimate has four parts (bytes):
                resident (an untied input embedding memory-mapped on the CPU: STORED_PRECISION)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
                per token, sliding-window layers holding at most their window
-    drafter    a separate draft model: its weights and its own K/V cache; a Gemma 4 assistant:
+    drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" is the engine's
+               int8 drafter, linear layers int8 and the embedding and head left at bf16) and its
+               own K/V cache; a Gemma 4 assistant:
                weights only (it reads the target's K/V); MTP heads: inside the target (0);
                prompt lookup: 0
     overhead   the runtime (Python, torch, transformers, tokenizers), the activations of one
@@ -165,13 +167,32 @@ def resident_weight_bytes(params: int, arch: Architecture | None, precision: str
     return total
 
 
+def int8_drafter_bytes(params: int, arch: Architecture | None, device: Device) -> int:
+    """Resident bytes of the engine's int8 drafter (engine/quantize.py): the decoder layers'
+    linears as int8 with fp32 row scales, the embedding and LM head left at bf16 (the head's
+    rows are quantized only when a reduced head is used, which is smaller still)."""
+    if arch is None:
+        return weight_bytes(params, "int8")
+    table = arch.vocab_size * arch.hidden_size
+    tables = 1 if arch.tie_word_embeddings else 2
+    layers = max(0, params - tables * table)
+    total = weight_bytes(layers, "int8") + weight_bytes(tables * table, STORED_PRECISION)
+    if device == "cpu" and tables == 2:
+        total -= weight_bytes(table, STORED_PRECISION)  # the input embedding stays memory-mapped
+    return total
+
+
 def _logits_bytes(vocab: int, precision: str) -> int:
     # A verification pass returns k+1 rows of logits, upcast to fp32 for sampling.
     return int(MAX_VERIFY_ROWS * vocab * (dtype_bytes(precision) + 4))
 
 
-def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int = DEFAULT_CONTEXT, device: Device = "cpu") -> MemoryEstimate:
-    """Bytes needed to run ``entry`` with its drafter at ``context`` tokens on ``device``."""
+def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int = DEFAULT_CONTEXT, device: Device = "cpu",
+                    drafter_weights: str | None = None) -> MemoryEstimate:
+    """Bytes needed to run ``entry`` with its drafter at ``context`` tokens on ``device``.
+    ``drafter_weights`` is the draft model's weight precision when it differs from the
+    target's (engine.loading.drafter_weights: "int8" on CPUs with the int8 kernel); None
+    budgets it at the target's precision, which is never smaller."""
     if context < 1:
         raise ValueError(f"context must be at least 1 token, not {context}")
     precision = canonical_precision(precision)
@@ -185,7 +206,10 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     activations = activation_bytes(target, context, precision, device)
     vocabularies = [target.vocab_size]
     if entry.drafter_kind == "draft_model":
-        drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, precision, device)
+        if drafter_weights is not None and canonical_precision(drafter_weights) == "int8":
+            drafter = int8_drafter_bytes(entry.drafter_params, drafter_arch, device)
+        else:
+            drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights or precision, device)
         if drafter_arch is not None:
             drafter += drafter_arch.kv_bytes(context, a)
             # The drafter prefills the prompt after the target has, so the peaks don't add up.

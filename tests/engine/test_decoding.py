@@ -172,15 +172,16 @@ def test_empty_prompt_is_a_clear_error(tiny_pair):
 
 
 def test_bf16_models_run_both_loops(tiny_pair):
+    import copy
+
     tokenizer, target, drafter = tiny_pair
-    target16, drafter16 = target.to(torch.bfloat16), drafter.to(torch.bfloat16)
-    try:
-        prompt = encode(tokenizer, PROMPTS[0])
-        plain = plain_ids(target16, tokenizer, prompt, DecodeSettings(max_new_tokens=20), set())
-        spec, _ = run_to_end(speculative_decode(ModelRunner(target16), DraftModelDrafter(drafter16), tokenizer, prompt, DecodeSettings(max_new_tokens=20), set()))
-        assert len(plain.token_ids) == len(spec.token_ids) == 20
-    finally:
-        target.float(), drafter.float()
+    # Copies: converting the shared models in place and back would round their weights to bf16
+    # for every later test.
+    target16, drafter16 = copy.deepcopy(target).to(torch.bfloat16), copy.deepcopy(drafter).to(torch.bfloat16)
+    prompt = encode(tokenizer, PROMPTS[0])
+    plain = plain_ids(target16, tokenizer, prompt, DecodeSettings(max_new_tokens=20), set())
+    spec, _ = run_to_end(speculative_decode(ModelRunner(target16), DraftModelDrafter(drafter16), tokenizer, prompt, DecodeSettings(max_new_tokens=20), set()))
+    assert len(plain.token_ids) == len(spec.token_ids) == 20
 
 
 def test_drafter_stops_early_when_unsure_and_output_is_unchanged(tiny_pair):

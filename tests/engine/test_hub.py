@@ -151,9 +151,10 @@ def test_drafter_found_by_convention_or_inside_the_repo(fake_hub, model_dirs):
 
 def test_catalog_pairing_is_used_when_the_catalog_knows_the_model(fake_hub, monkeypatch):
     entry = types.SimpleNamespace(id="tiny-pair", target_repo=TARGET, drafter_repo=DRAFTER, drafter_kind="draft_model")
-    fake_catalog = types.ModuleType("engine.catalog")
-    fake_catalog.find_entry = lambda key: entry if key in (entry.id, entry.target_repo) else None
-    monkeypatch.setitem(sys.modules, "engine.catalog", fake_catalog)
+    # Patch the real module: once imported, `from engine import catalog` reads the package
+    # attribute, so swapping sys.modules alone would not be seen.
+    from engine import catalog
+    monkeypatch.setattr(catalog, "find_entry", lambda key: entry if key in (entry.id, entry.target_repo) else None)
 
     plan = plan_download("tiny-pair")
 

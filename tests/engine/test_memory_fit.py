@@ -359,14 +359,20 @@ def test_estimate_is_within_15_percent_of_peak_rss_generating_at_2k(default_pair
 
 
 @pytest.mark.slow
-def test_estimate_is_within_15_percent_of_peak_rss_loading_in_fp32(default_pair_entry):
-    # Exact mode converts the bf16 files to fp32 while loading. The peak RSS then includes the
-    # file pages being read, which the OS can drop, so the estimate (what must stay resident)
-    # sits below that peak and close to the RSS once loaded.
+def test_estimate_is_within_15_percent_of_peak_anonymous_memory_loading_in_fp32(default_pair_entry):
+    # Exact mode converts the bf16 files to fp32 while loading, and the drafter (its weights do
+    # not change the output) is quantized to int8 where the int8 kernel runs. The RSS then also
+    # holds the file pages read while converting, which the OS can drop: the estimate (what
+    # must stay resident) is checked against the anonymous memory, and must sit below the RSS.
+    from engine.loading import drafter_weights
+
     measured = probe("--context", "64", "--new-tokens", "4", "--precision", "exact")
-    estimate = estimate_memory(default_pair_entry, "fp32", 64, "cpu")
-    peak, loaded = measured["peak_rss"], measured["rss_end"]
-    print(f"\ndefault pair, fp32: estimate {estimate.total / 2**20:.0f} MiB, measured peak RSS {peak / 2**20:.0f} MiB, "
-          f"after generating {loaded / 2**20:.0f} MiB")
-    assert abs(estimate.total - peak) / peak <= 0.15
-    assert abs(estimate.total - loaded) / loaded <= 0.05
+    held = drafter_weights("auto", "exact", "cpu")
+    estimate = estimate_memory(default_pair_entry, "fp32", 64, "cpu", drafter_weights=held)
+    peak_anon, loaded_anon = measured["load_peak_anon"], measured["anon_end"]
+    print(f"\ndefault pair, fp32 target, {held} drafter: estimate {estimate.total / 2**20:.0f} MiB, measured peak "
+          f"anonymous {peak_anon / 2**20:.0f} MiB, after generating {loaded_anon / 2**20:.0f} MiB "
+          f"(RSS peak {measured['peak_rss'] / 2**20:.0f} MiB)")
+    assert abs(estimate.total - peak_anon) / peak_anon <= 0.15
+    assert abs(estimate.total - loaded_anon) / loaded_anon <= 0.05
+    assert estimate.total <= measured["peak_rss"]
