@@ -15,7 +15,13 @@ from engine.events import Failed, Finished, Stats, Tokens
 from engine.paths import RESOURCES
 from engine.settings import DecodeSettings
 
-DRAFTERS = [("Draft model", "model"), ("Prompt lookup", "lookup"), ("Off", "off")]
+DRAFTERS = [("Draft model", "model"), ("MTP layers", "mtp"), ("Prompt lookup", "lookup"), ("Off", "off")]
+DRAFTER_TIPS = {
+    "model": "A separate small model (or a Gemma 4 assistant) drafts; the target checks its guesses.",
+    "mtp": "The target's own multi-token-prediction layers draft.",
+    "lookup": "Drafts by copying what followed the same words earlier in the prompt: free, best on edits.",
+    "off": "No speculation: plain decoding.",
+}
 FAIRNESS_NOTE = (
     "Both runs share this machine fairly: they take turns, and the one that has used less compute "
     "always goes next, so each pane moves at its true speed and shows its solo tokens/sec."
@@ -44,6 +50,7 @@ class DecodeControls(QWidget):
         self.drafter = QComboBox()
         for label, kind in DRAFTERS:
             self.drafter.addItem(label, kind)
+            self.drafter.setItemData(self.drafter.count() - 1, DRAFTER_TIPS[kind], Qt.ItemDataRole.ToolTipRole)
         self.draft_length = QSpinBox()
         self.draft_length.setRange(0, 8)
         self.draft_length.setSpecialValueText("Auto")  # 0 shows as Auto: adaptive k
@@ -99,6 +106,16 @@ class DecodeControls(QWidget):
 
     def drafter_kind(self) -> str:
         return self.drafter.currentData()
+
+    def offer_drafter(self, loaded_kind: str) -> None:
+        """Enable the drafters the loaded model has ("model" or "mtp" plus the always-available
+        ones) and switch to the loaded one when the current choice is not on offer."""
+        available = {loaded_kind, "lookup", "off"}
+        items = self.drafter.model()
+        for row in range(self.drafter.count()):
+            items.item(row).setEnabled(self.drafter.itemData(row) in available)
+        if self.drafter_kind() not in available:
+            self.drafter.setCurrentIndex(self.drafter.findData(loaded_kind))
 
     def set_precision(self, precision: str) -> None:
         self.precision.setCurrentIndex(max(0, self.precision.findData(precision)))

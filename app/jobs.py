@@ -7,7 +7,7 @@ import logging
 import time
 from pathlib import Path
 
-from app.messages import MachineReport, ModelLoaded, Progress
+from app.messages import DrafterNote, MachineReport, ModelLoaded, Progress
 from engine.settings import DecodeSettings
 
 log = logging.getLogger(__name__)
@@ -79,8 +79,9 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
         from engine.session import Session
 
         session = Session.load(target_path, drafter_path, precision, device)
+        kind, note = default_drafter(session)
         ctx.emit(Progress("Warming up", 0, 0))
-        warm_up(session, "model" if session.drafter_model else "lookup")
+        warm_up(session, kind)
         ctx.state[SESSION] = session
         ctx.emit(ModelLoaded(
             target=session.target.name,
@@ -90,6 +91,8 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
             seconds=time.perf_counter() - start,
             target_path=str(target_path),
             drafter_path=str(drafter_path or ""),
+            drafter_kind=kind,
+            note=note,
         ))
 
     return run
@@ -98,11 +101,33 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
 _STAGES = {"assemble": "Assembling model files", "verify": "Verifying checksums", "convert": "Converting to safetensors"}
 
 
+def default_drafter(session) -> tuple[str, str | None]:
+    """The drafter to use for a loaded session, and a note when it is not a separate model:
+    its draft model or assistant; else the target's own MTP layers; else prompt lookup."""
+    if session.model_drafter is not None:
+        return "model", None
+    from engine.drafters.mtp_layers import inspect_mtp
+
+    support = inspect_mtp(session.target.model)
+    if support.usable:
+        return "mtp", f"{session.target.name} drafts with its own MTP layers"
+    return "lookup", "no drafter model is loaded: drafting by prompt lookup"
+
+
+def _emit_note(ctx, session, before: str | None) -> None:
+    if session.drafter_note and session.drafter_note != before:
+        ctx.emit(DrafterNote(session.drafter_note))
+
+
 def side_by_side(prompt: str, settings: DecodeSettings, drafter: str):
     def run(ctx) -> None:
         from engine.side_by_side import side_by_side as run_both
 
-        for item in run_both(_session(ctx), prompt, settings, drafter, ctx.cancelled):
+        session = _session(ctx)
+        before = session.drafter_note
+        for item in run_both(session, prompt, settings, drafter, ctx.cancelled):
+            _emit_note(ctx, session, before)  # the drafter is chosen when the first step runs
+            before = session.drafter_note
             ctx.emit(item)
 
     return run
@@ -112,7 +137,11 @@ def chat(messages: list[dict], settings: DecodeSettings, drafter: str):
     def run(ctx) -> None:
         from engine.chat import chat_reply
 
-        for item in chat_reply(_session(ctx), messages, settings, drafter, ctx.cancelled):
+        session = _session(ctx)
+        before = session.drafter_note
+        for item in chat_reply(session, messages, settings, drafter, ctx.cancelled):
+            _emit_note(ctx, session, before)
+            before = session.drafter_note
             ctx.emit(item)
 
     return run

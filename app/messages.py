@@ -34,6 +34,18 @@ class ModelLoaded:
     seconds: float
     target_path: str = ""
     drafter_path: str = ""
+    #: The drafter the engine offers for this target: "model" (a draft model or a Gemma 4
+    #: assistant), "mtp" (the target's own MTP layers) or "lookup" (nothing to load).
+    drafter_kind: str = "model"
+    #: Says which drafter is used and why, when it is not the obvious one.
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class DrafterNote:
+    """The engine replaced the drafter the user chose (engine.session.Session.drafter_note)."""
+
+    text: str
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from app.app_settings import AppSettings, Key
 from app.chat_view import ChatView
 from app.conversations import ConversationStore
 from app.demo_view import DemoView
-from app.messages import JobEnded, JobEvent, JobFailed, MachineReport, ModelLoaded, Progress
+from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, MachineReport, ModelLoaded, Progress
 from app.models_view import ModelsView, human_bytes
 from app.stall import StallMonitor
 from app.worker import EngineHost
@@ -80,6 +80,10 @@ class MainWindow(QMainWindow):
         self.banner = ErrorBanner()
         self.model_label = QLabel("No model loaded")
         self.model_label.setStyleSheet("font-weight: 600;")
+        # Which drafter is used when it is not the obvious one (MTP layers, prompt lookup instead).
+        self.drafter_note = QLabel("")
+        self.drafter_note.setStyleSheet("color: #7a5b00;")
+        self.drafter_note.hide()
         self.tabs = QTabWidget()
         self.models = ModelsView()
         self.demo = DemoView()
@@ -95,6 +99,7 @@ class MainWindow(QMainWindow):
         header.addWidget(title)
         header.addSpacing(12)
         header.addWidget(self.model_label, 1)
+        header.addWidget(self.drafter_note)
         col.addLayout(header)
         col.addWidget(self.banner)
         col.addWidget(self.tabs, 1)
@@ -258,6 +263,9 @@ class MainWindow(QMainWindow):
                 self._load_last_or_default(payload.default_pair_ready)
         elif isinstance(payload, ModelLoaded):
             self._loaded(payload)
+        elif isinstance(payload, DrafterNote):
+            self.drafter_note.setText(payload.text)
+            self.drafter_note.show()
         elif isinstance(payload, JobFailed):
             self._fail(payload.message)
         elif isinstance(payload, JobEnded):
@@ -301,11 +309,17 @@ class MainWindow(QMainWindow):
 
     def _loaded(self, loaded: ModelLoaded) -> None:
         self.loaded = loaded
-        drafter = f" + {loaded.drafter} drafting" if loaded.drafter else " (prompt-lookup drafting)"
+        if loaded.drafter:
+            drafter = f" + {loaded.drafter} drafting"
+        else:
+            drafter = " (drafting with its MTP layers)" if loaded.drafter_kind == "mtp" else " (prompt-lookup drafting)"
         mode = "fast, bf16" if loaded.precision == "fast" else "exact, fp32"
         self.model_label.setText(f"{loaded.target}{drafter} · {mode} · {loaded.device}")
         self.statusBar().showMessage(f"Loaded in {loaded.seconds:.1f} s", 8000)
         self.demo.controls.set_precision(loaded.precision)
+        self.demo.controls.offer_drafter(loaded.drafter_kind)
+        self.drafter_note.setVisible(bool(loaded.note))
+        self.drafter_note.setText(loaded.note or "")
         self.demo.set_ready(True)
         self.chat.set_ready(True)
         self.model_loaded.emit(loaded)
