@@ -8,9 +8,7 @@ import sys
 from pathlib import Path
 
 from engine.paths import RESOURCES
-from engine.settings import DrafterOptions
-
-DEFAULT_DRAFT_VOCAB = DrafterOptions().vocab_size
+from engine.settings import DEFAULT_DRAFT_VOCAB
 
 
 def _progress_printer():

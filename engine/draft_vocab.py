@@ -22,11 +22,11 @@ from collections import Counter
 from pathlib import Path
 
 from engine.paths import RESOURCES, cache_dir
+from engine.settings import DEFAULT_DRAFT_VOCAB
 
 log = logging.getLogger(__name__)
 
 CALIBRATION = RESOURCES / "calibration" / "conversations.jsonl"
-DEFAULT_SIZE = 16384
 _VERSION = 1  # bump when the selection rule changes, so cached subsets are rebuilt
 
 
@@ -84,7 +84,7 @@ def tokenizer_fingerprint(tokenizer) -> str:
     return hashlib.sha256((text + "\0" + str(template)).encode()).hexdigest()
 
 
-def load_subset(tokenizer, size: int = DEFAULT_SIZE, corpus: Path = CALIBRATION) -> list[int]:
+def load_subset(tokenizer, size: int = DEFAULT_DRAFT_VOCAB, corpus: Path = CALIBRATION) -> list[int]:
     """The subset for this tokenizer, computed once and cached in the user cache dir."""
     corpus = Path(corpus)
     key = hashlib.sha256(

@@ -9,6 +9,12 @@ Precision = Literal["exact", "fast"]
 DraftHead = Literal["pruned", "full"]
 DrafterPrecision = Literal["auto", "int8", "bf16", "fp32"]
 
+# Tokens kept by a pruned drafter head. Measured on the default pair (teacher-forced greedy
+# agreement with the target's own outputs on the bench prompts, int8 drafter): full head 0.877;
+# 8k 0.828, 16k 0.848, 32k 0.871, 48k 0.873. 32k loses little, and its int8 rows (29 MB) are a
+# fifth of the full head's.
+DEFAULT_DRAFT_VOCAB = 32768
+
 
 @dataclass(frozen=True)
 class DecodeSettings:
@@ -55,7 +61,7 @@ class DrafterOptions:
 
     head: DraftHead = "pruned"
     precision: DrafterPrecision = "auto"
-    vocab_size: int = 16384
+    vocab_size: int = DEFAULT_DRAFT_VOCAB
 
     def __post_init__(self) -> None:
         if self.head not in ("pruned", "full"):

@@ -42,11 +42,11 @@ inline void tile(const float* X, const uint16_t* W, const float* B, float* O, in
     for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
-    __m256 xv[MR];
-    for (int j = 0; j < MR; ++j) xv[j] = _mm256_loadu_ps(X + (m + j) * K + k);
     for (int i = 0; i < NR; ++i) {
-      __m256 wv = load_bf16x8(W + (n + i) * K + k);
-      for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_fmadd_ps(xv[j], wv, acc[i][j]);
+      // Activations are read from L1 by the FMA itself, so registers go to accumulators and a
+      // tile can cover up to 7 input rows: each weight vector is widened once for all of them.
+      const __m256 wv = load_bf16x8(W + (n + i) * K + k);
+      for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(X + (m + j) * K + k), wv, acc[i][j]);
     }
   }
   for (int i = 0; i < NR; ++i) {
@@ -87,15 +87,20 @@ torch::Tensor linear_bf16w(torch::Tensor x, torch::Tensor w, c10::optional<torch
     bf = bias->to(at::kFloat).contiguous();
     B = bf.data_ptr<float>();
   }
-  constexpr int64_t kBlock = 8;  // weight rows kept in L1/L2 while all input rows use them
+  constexpr int64_t kBlock = 16;  // weight rows kept in L1/L2 while all input rows use them
   at::parallel_for(0, N, 64, [&](int64_t n_begin, int64_t n_end) {
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlock) {
       const int64_t n1 = std::min(n0 + kBlock, n_end);
       int64_t m = 0;
-      for (; m + 4 <= M; m += 4) rows<2, 4>(X, W, B, O, m, n0, n1, K, N);
+      // Verification (2..8 rows) and prefill: the widest tiles that fit 16 vector registers.
+      for (; M - m > 7; m += 6) rows<2, 6>(X, W, B, O, m, n0, n1, K, N);
       switch (M - m) {
-        case 3: rows<2, 3>(X, W, B, O, m, n0, n1, K, N); break;
-        case 2: rows<4, 2>(X, W, B, O, m, n0, n1, K, N); break;
+        case 7: rows<2, 7>(X, W, B, O, m, n0, n1, K, N); break;
+        case 6: rows<2, 6>(X, W, B, O, m, n0, n1, K, N); break;
+        case 5: rows<2, 5>(X, W, B, O, m, n0, n1, K, N); break;
+        case 4: rows<3, 4>(X, W, B, O, m, n0, n1, K, N); break;
+        case 3: rows<4, 3>(X, W, B, O, m, n0, n1, K, N); break;
+        case 2: rows<6, 2>(X, W, B, O, m, n0, n1, K, N); break;
         case 1: rows<4, 1>(X, W, B, O, m, n0, n1, K, N); break;
         default: break;
       }
