@@ -19,6 +19,7 @@ from engine.memory_fit import (
     headroom,
     recommend,
     recommended_context,
+    recommended_result,
 )
 from engine.runner import ModelRunner
 
@@ -376,3 +377,17 @@ def test_estimate_is_within_15_percent_of_peak_anonymous_memory_loading_in_fp32(
     assert abs(estimate.total - peak_anon) / peak_anon <= 0.15
     assert abs(estimate.total - loaded_anon) / loaded_anon <= 0.05
     assert estimate.total <= measured["peak_rss"]
+
+
+def test_a_two_core_cpu_is_recommended_a_model_it_can_chat_with(entries):
+    # Everything up to 8B fits 24 GB, but an 8B model decodes at under 1 tok/s on 2 cores.
+    two_cores = Hardware.from_profile({"ram_gb": 25, "ram_available_gb": 23, "cpu_cores": 2})
+    results = recommend(entries, two_cores)
+    best = recommended_result(results)
+    assert best.fit == "cpu" and best.entry.target_params < 2.5e9 and best.cpu_tok_s >= 2.5
+    by_id = {r.entry.id: r for r in results}
+    assert by_id["qwen3-8b"].fit == "cpu" and by_id["qwen3-8b"].cpu_tok_s < 1.5
+    assert "slow here" in by_id["qwen3-8b"].reason
+    # More cores, more bandwidth: the 8B model becomes the pick.
+    sixteen = recommended_result(recommend(entries, Hardware.from_profile({"ram_gb": 25, "ram_available_gb": 23, "cpu_cores": 16})))
+    assert sixteen.entry.target_params > 7e9
