@@ -21,7 +21,7 @@ screenshots: setup
 	bash scripts/screenshots.sh
 
 test: setup
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q --durations=15
 
 test-fast: setup
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -m "not slow"
