@@ -114,7 +114,22 @@ def measure(target: Path, drafter: Path | None, precision: str, context: int, ne
     report["generated_tokens"] = result.stats.new_tokens
     report["rss_end"] = proc.memory_info().rss
     report["peak_rss"] = peak_rss_bytes()
+    # Resident file pages per model folder: an int8 drafter's bf16 file was read once while
+    # quantizing, and those clean pages stay counted in the RSS until the OS reclaims them.
+    report["target_file_end"] = mapped_bytes_under(proc, target)
+    report["drafter_file_end"] = mapped_bytes_under(proc, drafter) if drafter else 0
+    report["drafter_weights"] = session.drafter_model.weights if session.drafter_model else None
     return report
+
+
+def mapped_bytes_under(proc, folder: Path) -> int:
+    """Resident bytes of the memory-mapped files inside ``folder`` (0 where the OS can't say)."""
+    root = str(Path(folder).resolve())
+    try:
+        maps = proc.memory_maps(grouped=True)
+    except (psutil.AccessDenied, NotImplementedError, AttributeError):
+        return 0
+    return sum(m.rss for m in maps if str(Path(m.path).resolve()).startswith(root + "/"))
 
 
 def main(argv: list[str] | None = None) -> int:
