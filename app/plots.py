@@ -65,5 +65,7 @@ class AcceptancePlot(pg.PlotWidget):
     def show_rates(self, rates) -> None:
         xs = list(range(1, len(rates) + 1))
         self.bars.setOpts(x=xs, height=list(rates), width=0.7)
+        # Draft positions are whole numbers: one tick per bar, not pyqtgraph's 0.5 steps.
+        self.getAxis("bottom").setTicks([[(x, str(x)) for x in xs]])
         if xs:
             self.setXRange(0.4, max(xs) + 0.6, padding=0)
