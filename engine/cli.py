@@ -233,8 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def model_options(p):
-        p.add_argument("--precision", choices=["exact", "fast"], default="fast",
-                       help="exact: fp32, greedy output token-identical; fast: bf16")
+        p.add_argument("--precision", choices=["exact", "fast", "int8"], default="fast",
+                       help="exact: fp32, greedy output token-identical; fast: bf16; int8: the target's weights"
+                            " quantized (smaller, faster on a CPU, output slightly different from bf16; speculation"
+                            " stays token-identical to plain decoding of the int8 target)")
         p.add_argument("--target", help="model folder (default: the offline Qwen2.5-Coder 1.5B)")
         p.add_argument("--drafter-model", help="draft model folder, or a Gemma 4 -assistant folder for a Gemma 4"
                                                " target (default: Qwen2.5-Coder 0.5B)")

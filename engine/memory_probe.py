@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", help="model folder (default: the offline default pair's target)")
     parser.add_argument("--drafter", help="draft model folder (default: the default pair's drafter)")
     parser.add_argument("--no-drafter", action="store_true")
-    parser.add_argument("--precision", choices=["fast", "exact"], default="fast")
+    parser.add_argument("--precision", choices=["fast", "exact", "int8"], default="fast")
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--device", default="cpu")
