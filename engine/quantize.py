@@ -72,7 +72,9 @@ def quantize_linears(model: torch.nn.Module, include_head: bool = False,
     for name, module in targets:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        cached = (quantized[f"{name}.q"], quantized[f"{name}.scale"]) if f"{name}.q" in quantized else None
+        device = module.weight.device  # a cache is read to the CPU; the model may be elsewhere
+        cached = ((quantized[f"{name}.q"].to(device), quantized[f"{name}.scale"].to(device))
+                  if f"{name}.q" in quantized else None)
         layer = Int8Linear(module, cached)
         setattr(parent, attr, layer)
         held[f"{name}.q"], held[f"{name}.scale"] = layer.q, layer.scale
