@@ -79,6 +79,8 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     elif weights == "int8":
         to_int8_drafter(model)
         dtype = torch.float32  # activations
+    if weights == "int8":
+        release_freed_memory()
     elif fast_kernels:
         accelerate_linears(model, batch_invariant=role == "target")
     tokenizer = AutoTokenizer.from_pretrained(path) if with_tokenizer else None
@@ -86,6 +88,20 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     held = weights or {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
     log.info("loaded %s on %s, %s weights%s, in %.1fs", path.name, dev, held, " (cached)" if from_cache else "", seconds)
     return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds, held, from_cache)
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed while quantizing back to the OS. The float weights and fp32 temporaries
+    (a few MB each) come from glibc's heap, which keeps freed chunks: measured on the default
+    pair, the int8 drafter's load left ~750 MB of it resident. Linux/glibc only; a no-op elsewhere."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # another C library (musl): nothing to do
+            pass
 
 
 def _to_int8_target(model: torch.nn.Module, path: Path) -> bool:
