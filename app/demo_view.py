@@ -69,9 +69,13 @@ class DecodeControls(QWidget):
         self.precision = QComboBox()
         self.precision.addItem("Fast (bf16)", "fast")
         self.precision.addItem("Exact (fp32)", "exact")
+        self.precision.addItem("Quantized (int8, smaller, slightly different output)", "int8")
         self.precision.setToolTip(
             "Exact: float32, speculation is token-identical to plain decoding.\n"
-            "Fast: bfloat16; a multi-token check can flip a near-tie, so rare differences are shown and explained."
+            "Fast: bfloat16; a multi-token check can flip a near-tie, so rare differences are shown and explained.\n"
+            "Quantized: the model's weights rounded to int8 (half of bf16's memory, faster on a CPU). This changes\n"
+            "the model's output slightly compared with bf16; speculation on top of it stays token-identical to\n"
+            "plain decoding of the same quantized model. The first load converts the weights (once, then cached)."
         )
         self.max_new_tokens = QSpinBox()
         self.max_new_tokens.setRange(1, 4096)
@@ -322,7 +326,7 @@ class DemoView(QWidget):
             d = result.divergence
             identical.setText(f"≠ differs at token {d.position + 1}")
             identical.setStyleSheet("font-size: 17px; font-weight: 600; color: #b06000;")
-            why = (f"The target's top-2 logit gap there is {d.top2_gap:.3f}: a near-tie, which bf16 rounding in a "
+            why = (f"The target's top-2 logit gap there is {d.top2_gap:.3f}: a near-tie, which rounding in a "
                    "multi-token check can flip. Exact (fp32) precision is token-identical.")
             identical.setToolTip(why)
             if result.divergence_chars:

@@ -3,6 +3,9 @@
 For every prompt, in this order: our plain, our speculative, transformers' plain generate and
 transformers' generate with ``assistant_model``. All greedy on the same prompt ids, so their
 outputs can be compared token for token.
+
+``baseline_plain`` times plain decoding of the same prompts by another session (the bf16 target
+when the bench runs an int8 one), so one run shows what quantizing the target buys on its own.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ import torch
 from engine.compare import drain, warm_up
 from engine.divergence import first_difference
 from engine.draft_agreement import draft_agreement, full_head_like
+from engine.runner import ModelRunner
 from engine.session import DrafterKind, Session
 from engine.settings import DecodeSettings
 from engine.step_costs import measure_step_costs
@@ -70,6 +74,19 @@ def _hf(session: Session, prompt_ids: list[int], max_new_tokens: int, assisted: 
     return {"new_tokens": len(new), "seconds": seconds, "tok_per_s": len(new) / seconds, "token_ids": new}
 
 
+def baseline_plain(session: Session, prompts: list[dict], max_new_tokens: int, progress=print) -> dict:
+    """Plain greedy decoding of ``prompts`` by ``session`` (e.g. the bf16 target, for an int8
+    bench): {"precision", "prompts": {id: {"tok_per_s", "new_tokens", "token_ids"}}}."""
+    settings = DecodeSettings(max_new_tokens=max_new_tokens)
+    drain(session.plain(session.encode("Say hi."), DecodeSettings(max_new_tokens=4)))  # warm-up
+    rows = {}
+    for item in prompts:
+        run = _ours(session.plain(session.encode(item["prompt"]), settings))
+        rows[item["id"]] = {k: run[k] for k in ("tok_per_s", "new_tokens", "token_ids")}
+        progress(f"{item['id']:<14} {item['category']:<9} plain at {session.precision}: {run['tok_per_s']:5.2f} tok/s")
+    return {"precision": session.precision, "target": session.target.name, "prompts": rows}
+
+
 def geomean(values: list[float]) -> float:
     values = [v for v in values if v > 0]
     return math.exp(sum(map(math.log, values)) / len(values)) if values else 0.0
@@ -84,10 +101,11 @@ def _step_cost_ratio(plain: dict, spec: dict) -> dict:
 
 
 def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafter: DrafterKind = "model", progress=print,
-              hf: bool = True, agreement: bool = True) -> dict:
+              hf: bool = True, agreement: bool = True, baseline: dict | None = None) -> dict:
     """``hf``: also run transformers' plain and assisted generate as references. ``agreement``:
     also measure the drafter's teacher-forced agreement with the target's output, full vocabulary
-    vs the reduced head (see engine.draft_agreement)."""
+    vs the reduced head (see engine.draft_agreement). ``baseline``: ``baseline_plain``'s result
+    for the same prompts, compared with this session's plain decoding."""
     settings = DecodeSettings(max_new_tokens=max_new_tokens)
     warm_up(session, drafter)
     model_drafter = session.model_drafter if drafter == "model" else None
@@ -96,7 +114,7 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
     step_costs = None
     if model_drafter is not None:
         ids = session.encode(prompts[0]["prompt"])
-        costs = measure_step_costs(session._target_runner, model_drafter, ids)
+        costs = measure_step_costs(ModelRunner(session.target.model), model_drafter, ids)
         step_costs = {"target_step_ms": costs.target_ms, "draft_step_ms": costs.draft_ms, "c": costs.c}
         progress(f"step costs at {len(ids)} tokens of context: target {costs.target_ms:.1f} ms, "
                  f"draft {costs.draft_ms:.1f} ms, c = {costs.c:.3f}")
@@ -116,6 +134,8 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
         row["identical"] = row["plain"]["token_ids"] == spec["token_ids"]
         row["first_divergence"] = first_difference(row["plain"]["token_ids"], spec["token_ids"])
         row["speedup_vs_plain"] = spec["tok_per_s"] / row["plain"]["tok_per_s"]
+        if baseline is not None and item["id"] in baseline["prompts"]:
+            row["baseline_plain"] = baseline["prompts"][item["id"]]
         if model_drafter is not None:
             row["step_costs"] = _step_cost_ratio(row["plain"], spec)
         if full_head is not None:
@@ -130,6 +150,7 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
             f"{spec['tokens_per_pass']:.2f} tok/pass" + (f", c {c:.3f}" if c else "") + ")  "
             + (f"agree full {agree['full']:.2f} reduced {agree['reduced']:.2f}  " if agree else "")
             + (f"hf {row['hf_plain']['tok_per_s']:5.2f}  hf-assisted {row.get('hf_assisted', {}).get('tok_per_s', 0):5.2f}  " if hf else "")
+            + (f"plain at {baseline['precision']} {row['baseline_plain']['tok_per_s']:5.2f}  " if "baseline_plain" in row else "")
             + f"{'identical' if row['identical'] else 'DIFFERS at ' + str(row['first_divergence'])}"
         )
     options = session.drafter_options
@@ -140,7 +161,8 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
                          "drafter_head": options.head, "draft_vocab_size": options.vocab_size,
                          "reduced_head_size": head.base_ids.numel() if head is not None else None,
                          "target_load_seconds": session.target.seconds,
-                         "drafter_load_seconds": session.drafter_model.seconds if session.drafter_model else None},
+                         "drafter_load_seconds": session.drafter_model.seconds if session.drafter_model else None,
+                         "baseline_precision": baseline["precision"] if baseline else None},
             "step_costs": step_costs, "prompts": results, "summary": summarize(results)}
 
 
@@ -155,10 +177,16 @@ def summarize(results: list[dict]) -> dict:
     def agreement(rows, key):
         return mean([r["agreement"][key] for r in rows if r.get("agreement")])
 
+    def tok_per_s(key, rows):
+        return geomean([r[key]["tok_per_s"] for r in rows if key in r])
+
     by_category = {}
     for cat in sorted({r["category"] for r in results}):
         rows = [r for r in results if r["category"] == cat]
         by_category[cat] = {"speedup_vs_plain": ratio("speculative", "plain", rows),
+                            "plain_tok_per_s": tok_per_s("plain", rows),
+                            "speculative_tok_per_s": tok_per_s("speculative", rows),
+                            "plain_vs_baseline_plain": ratio("plain", "baseline_plain", rows) or None,
                             "acceptance": sum(r["speculative"]["acceptance"] for r in rows) / len(rows),
                             "agreement_full": agreement(rows, "full"),
                             "agreement_reduced": agreement(rows, "reduced")}
@@ -168,6 +196,10 @@ def summarize(results: list[dict]) -> dict:
         "speedup_vs_plain_code_rewrite": ratio("speculative", "plain", code_rewrite) if code_rewrite else None,
         "speedup_vs_hf_assisted": ratio("speculative", "hf_assisted"),
         "plain_vs_hf_plain": ratio("plain", "hf_plain"),
+        # e.g. int8 target's plain decoding over the bf16 target's (geometric mean over prompts)
+        "plain_vs_baseline_plain": ratio("plain", "baseline_plain") or None,
+        "plain_tok_per_s": tok_per_s("plain", results),
+        "speculative_tok_per_s": tok_per_s("speculative", results),
         "hf_assisted_vs_hf_plain": ratio("hf_assisted", "hf_plain"),
         "identical_fraction": sum(r["identical"] for r in results) / len(results),
         "c_mean": mean([r.get("step_costs", {}).get("c") for r in results]),

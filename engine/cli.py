@@ -97,22 +97,43 @@ def cmd_compare(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from engine.bench import read_prompts, run_bench
+    import gc
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+    from engine.bench import baseline_plain, read_prompts, run_bench
+    from engine.session import Session
 
     prompts = read_prompts(args.prompts)
-    if args.limit:
-        prompts = prompts[: args.limit]
-    session = _session(args)
     if args.category:
         prompts = [p for p in prompts if p["category"] in args.category]
-    report = run_bench(session, prompts, args.max_new_tokens, args.drafter, hf=not args.no_hf, agreement=not args.no_agreement)
+    if args.limit:
+        prompts = prompts[: args.limit]
+    baseline = None
+    if args.baseline_precision:
+        # First, alone in memory: the same target at the baseline precision, plain decoding only.
+        target, _ = default_model_paths(args.target, args.drafter_model, need_drafter=False)
+        print(f"baseline: loading {target.name} ({args.baseline_precision})", file=sys.stderr)
+        other = Session.load(target, None, args.baseline_precision, args.device)
+        baseline = baseline_plain(other, prompts, args.max_new_tokens)
+        del other
+        gc.collect()
+    session = _session(args)
+    report = run_bench(session, prompts, args.max_new_tokens, args.drafter, hf=not args.no_hf, agreement=not args.no_agreement,
+                       baseline=baseline)
     Path(args.json).write_text(json.dumps(report, indent=1))
     summary = {k: v for k, v in report["summary"].items() if k != "by_category"}
     print(json.dumps({"step_costs": report["step_costs"], **summary}, indent=1))
     for cat, row in report["summary"]["by_category"].items():
         agree = (f"  agreement full {row['agreement_full']:.3f} reduced {row['agreement_reduced']:.3f}"
                  if row["agreement_full"] is not None else "")
-        print(f"  {cat:<10} speedup {row['speedup_vs_plain']:.2f}x  acceptance {row['acceptance']:.2f}{agree}")
+        versus = (f"  plain vs {args.baseline_precision} plain {row['plain_vs_baseline_plain']:.2f}x"
+                  if row.get("plain_vs_baseline_plain") else "")
+        print(f"  {cat:<10} {args.precision}: plain {row['plain_tok_per_s']:.2f} tok/s, speculative {row['speculative_tok_per_s']:.2f}"
+              f" tok/s, speedup {row['speedup_vs_plain']:.2f}x  acceptance {row['acceptance']:.2f}{versus}{agree}")
     print(f"wrote {args.json}")
     return 0
 
@@ -233,8 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def model_options(p):
-        p.add_argument("--precision", choices=["exact", "fast"], default="fast",
-                       help="exact: fp32, greedy output token-identical; fast: bf16")
+        p.add_argument("--precision", choices=["exact", "fast", "int8"], default="fast",
+                       help="exact: fp32, greedy output token-identical; fast: bf16; int8: the target's weights"
+                            " quantized (smaller, faster on a CPU, output slightly different from bf16; speculation"
+                            " stays token-identical to plain decoding of the int8 target)")
         p.add_argument("--target", help="model folder (default: the offline Qwen2.5-Coder 1.5B)")
         p.add_argument("--drafter-model", help="draft model folder, or a Gemma 4 -assistant folder for a Gemma 4"
                                                " target (default: Qwen2.5-Coder 0.5B)")
@@ -271,6 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--category", action="append", help="only prompts of this category (repeatable)")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' generate reference runs")
     p.add_argument("--no-agreement", action="store_true", help="skip the teacher-forced drafter agreement")
+    p.add_argument("--baseline-precision", choices=["exact", "fast", "int8"],
+                   help="also time plain decoding of the same prompts at this precision, in the same run (e.g."
+                        " --precision int8 --baseline-precision fast: what quantizing the target buys)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     model_options(p)
     p.set_defaults(func=cmd_bench)
 

@@ -10,8 +10,9 @@ from pathlib import Path
 import torch
 
 from engine.fast_linear import accelerate_linears
-from engine.placement import check_fits, dtype_for, pick_device  # noqa: F401  (pick_device, dtype_for: re-exported)
-from engine.quantize import int8_available, to_int8_drafter
+from engine import int8_cache
+from engine.placement import check_fits, dtype_for, pick_device, weights_name  # noqa: F401  (pick_device, dtype_for: re-exported)
+from engine.quantize import int8_available, to_int8_drafter, to_int8_target
 from engine.settings import Precision
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class LoadedModel:
-    """``weights`` says how the weights are held: "bf16", "fp32", "fp16" or "int8"."""
+    """``weights`` says how the weights are held: "bf16", "fp32", "fp16" or "int8".
+    ``from_cache``: an int8 target's weights came from engine.int8_cache (not quantized now)."""
 
     name: str
     model: torch.nn.Module
@@ -28,6 +30,7 @@ class LoadedModel:
     dtype: torch.dtype
     seconds: float
     weights: str = ""
+    from_cache: bool = False
 
 
 def read_config(path: Path) -> dict:
@@ -44,6 +47,8 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     """Load a model folder. ``fast_kernels`` routes bf16 CPU linears through kernels.linear;
     ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". ``weights``
     ("int8", "bf16", "fp32"; drafters only) overrides the dtype the precision mode implies.
+    Precision "int8" quantizes a target's linear layers (LM head included) on the first load
+    and reads them from engine.int8_cache afterwards.
     Drafters that ship no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False``.
     ``check_memory``: on a GPU, refuse with ``placement.DoesNotFit`` when the model would not fit
     its free memory (the CPU is never checked)."""
@@ -57,7 +62,9 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     dev = pick_device(device)
     dtype = dtype_for(precision, dev)
     if check_memory and dev.type != "cpu":
-        check_fits(path, None, dtype, dev)
+        check_fits(path, None, dtype, dev, weights=weights_name(precision, dev) if role == "target" else None)
+    if precision == "int8" and role == "target":
+        weights = "int8"
     if weights in ("bf16", "fp32"):
         dtype = torch.bfloat16 if weights == "bf16" else torch.float32
     start = time.perf_counter()
@@ -65,16 +72,61 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     # time and memory: the values are the same).
     load_dtype = torch.bfloat16 if weights == "int8" else dtype
     model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype).to(dev).eval()
-    if weights == "int8":
+    from_cache = False
+    if weights == "int8" and role == "target":
+        from_cache = _to_int8_target(model, path)
+        dtype = torch.float32  # activations
+    elif weights == "int8":
         to_int8_drafter(model)
         dtype = torch.float32  # activations
+    if weights == "int8":
+        release_freed_memory()
     elif fast_kernels:
         accelerate_linears(model, batch_invariant=role == "target")
     tokenizer = AutoTokenizer.from_pretrained(path) if with_tokenizer else None
     seconds = time.perf_counter() - start
     held = weights or {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
-    log.info("loaded %s on %s, %s weights, in %.1fs", path.name, dev, held, seconds)
-    return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds, held)
+    log.info("loaded %s on %s, %s weights%s, in %.1fs", path.name, dev, held, " (cached)" if from_cache else "", seconds)
+    return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds, held, from_cache)
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed while quantizing back to the OS. The float weights and fp32 temporaries
+    (a few MB each) come from glibc's heap, which keeps freed chunks: measured on the default
+    pair, the int8 drafter's load left ~750 MB of it resident. Linux/glibc only; a no-op elsewhere."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # another C library (musl): nothing to do
+            pass
+
+
+def _to_int8_target(model: torch.nn.Module, path: Path) -> bool:
+    """Quantize a target in place, from the int8 cache when it holds this model's layers
+    (returns True then), else from its weights, caching the result."""
+    cached = int8_cache.load(path)
+    if cached is not None and not _cache_fits(model, cached):
+        log.warning("int8 cache of %s does not match the model; converting again", path.name)
+        cached = None
+    held = to_int8_target(model, cached)
+    if cached is not None:
+        return True
+    try:
+        int8_cache.save(path, held)
+    except OSError as exc:  # read-only or full cache dir: the model still runs
+        log.warning("could not cache the int8 weights of %s (%s)", path.name, exc)
+    return False
+
+
+def _cache_fits(model: torch.nn.Module, cached: dict[str, torch.Tensor]) -> bool:
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+    return len(cached) == 2 * len(linears) and all(
+        f"{name}.q" in cached and cached[f"{name}.q"].shape == m.weight.shape and cached[f"{name}.q"].dtype == torch.int8
+        for name, m in linears.items()
+    )
 
 
 def drafter_weights(requested: str, precision: Precision, device: str = "auto") -> str:

@@ -3,7 +3,9 @@
 An estimate has four parts (bytes):
 
     weights    target parameters x bytes per parameter of the precision, less what need not stay
-               resident (an untied input embedding memory-mapped on the CPU: STORED_PRECISION)
+               resident (an untied input embedding memory-mapped on the CPU: STORED_PRECISION);
+               "int8" is the engine's int8 target: every linear layer and the LM head int8 with
+               fp32 row scales, the input embedding left at bf16 (int8_target_bytes)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
                per token, sliding-window layers holding at most their window
     drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" is the engine's
@@ -70,8 +72,9 @@ DEFAULT_CONTEXT = 4096
 
 
 def dtype_bytes(precision: str) -> float:
-    """Bytes per activation / K/V element. Quantized weights still compute and cache in 16 bits."""
-    return 4.0 if canonical_precision(precision) == "fp32" else 2.0
+    """Bytes per activation / K/V element. The engine's int8 target computes and caches in fp32
+    (engine.quantize.to_int8_target); other quantized weights are budgeted at 16 bits."""
+    return 4.0 if canonical_precision(precision) in ("fp32", "int8") else 2.0
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,22 @@ def resident_weight_bytes(params: int, arch: Architecture | None, precision: str
     return total
 
 
+def int8_target_bytes(params: int, arch: Architecture | None, device: Device) -> int:
+    """Resident bytes of the engine's int8 target (engine/quantize.py ``to_int8_target``): every
+    linear layer, the LM head included, as int8 with one fp32 scale per output row (about
+    4 / hidden_size bytes more per weight); the input embedding stays bf16, memory-mapped on the
+    CPU (a lookup reads one row per token) and copied to a GPU; norms and biases are noise."""
+    if arch is None:
+        return weight_bytes(params, "int8")
+    table = arch.vocab_size * arch.hidden_size
+    tables = 1 if arch.tie_word_embeddings else 2
+    linear = max(0, params - tables * table) + table  # decoder layers + the LM head
+    total = math.ceil(linear * (1 + 4 / arch.hidden_size))
+    if device != "cpu":
+        total += weight_bytes(table, STORED_PRECISION)
+    return total
+
+
 def int8_drafter_bytes(params: int, arch: Architecture | None, device: Device) -> int:
     """Resident bytes of the engine's int8 drafter (engine/quantize.py): the decoder layers'
     linears as int8 with fp32 row scales, the embedding and LM head left at bf16 (the head's
@@ -201,7 +220,10 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     precision = canonical_precision(precision)
     a = dtype_bytes(precision)
     target = entry.target_arch
-    weights = resident_weight_bytes(entry.target_params, target, precision, device)
+    if precision == "int8":
+        weights = int8_target_bytes(entry.target_params, target, device)
+    else:
+        weights = resident_weight_bytes(entry.target_params, target, precision, device)
     kv = target.kv_bytes(context, a)
 
     drafter = 0

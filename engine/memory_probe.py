@@ -63,6 +63,25 @@ class RssSampler:
         self._thread.join()
 
 
+def mapped_files(min_bytes: int = 1 << 20) -> dict[str, int]:
+    """Resident bytes of each memory-mapped file (Linux /proc/self/smaps; {} elsewhere), by file
+    name: tells weights read every step (the int8 cache) from checkpoint pages read once while
+    converting, which the OS may drop."""
+    found: dict[str, int] = {}
+    current = None
+    try:
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5 and not line.startswith(("Rss", "Size")):
+            current = Path(head[5]).name if len(head) >= 6 and head[5].startswith("/") else None
+        elif head and head[0] == "Rss:" and current:
+            found[current] = found.get(current, 0) + int(head[1]) * 1024
+    return {name: size for name, size in found.items() if size >= min_bytes}
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident set size so far (Linux reports KiB, macOS bytes)."""
     import resource  # POSIX only, like this probe
@@ -110,6 +129,7 @@ def measure(target: Path, drafter: Path | None, precision: str, context: int, ne
     report["generate_peak_anon"] = gen_sampler.peak_anon
     report["generate_peak_file"] = gen_sampler.peak_file
     report["anon_end"], report["file_end"] = sampler.sample()
+    report["mapped_end"] = mapped_files()
     report["prompt_tokens"] = len(prompt)
     report["generated_tokens"] = result.stats.new_tokens
     report["rss_end"] = proc.memory_info().rss
@@ -137,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", help="model folder (default: the offline default pair's target)")
     parser.add_argument("--drafter", help="draft model folder (default: the default pair's drafter)")
     parser.add_argument("--no-drafter", action="store_true")
-    parser.add_argument("--precision", choices=["fast", "exact"], default="fast")
+    parser.add_argument("--precision", choices=["fast", "exact", "int8"], default="fast")
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--device", default="cpu")

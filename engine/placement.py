@@ -2,7 +2,9 @@
 
     pick_device      CUDA, else Apple MPS, else the CPU ("auto"), or what the user asked for
     dtype_for        exact: float32 everywhere; fast: bf16 on CPU and on CUDA GPUs that have it
-                     (compute capability 8.0+), fp16 on older CUDA GPUs and on MPS
+                     (compute capability 8.0+), fp16 on older CUDA GPUs and on MPS; int8:
+                     float32 activations (the weights are int8)
+    weights_name     the memory fit's name for how a precision mode holds the weights
     check_fits       the memory fit's estimate for the folder(s) about to load, against what the
                      device has free now; a readable ``DoesNotFit`` instead of an allocator error
                      half-way through a load
@@ -62,15 +64,22 @@ def bf16_supported(device: torch.device) -> bool:
 
 
 def dtype_for(precision: Precision, device: torch.device, bf16: bool | None = None) -> torch.dtype:
-    """exact: float32 everywhere (greedy speculation is then token-identical to plain).
-    fast: bfloat16 where ``bf16`` (default: ``bf16_supported(device)``), else float16."""
-    if precision == "exact":
+    """The dtype activations (and float weights) take. exact: float32 everywhere (greedy
+    speculation is then token-identical to plain). fast: bfloat16 where ``bf16`` (default:
+    ``bf16_supported(device)``), else float16. int8: float32 activations around int8 weights
+    (the int8 kernel reads fp32 rows natively)."""
+    if precision in ("exact", "int8"):
         return torch.float32
     if precision != "fast":
-        raise ValueError(f"precision must be 'exact' or 'fast', not {precision!r}")
+        raise ValueError(f"precision must be 'exact', 'fast' or 'int8', not {precision!r}")
     if bf16 is None:
         bf16 = bf16_supported(device)
     return torch.bfloat16 if bf16 else torch.float16
+
+
+def weights_name(precision: Precision, device: torch.device) -> str:
+    """How ``precision`` holds the target's weights, as the memory fit names it."""
+    return "int8" if precision == "int8" else precision_name(dtype_for(precision, device))
 
 
 def precision_name(dtype: torch.dtype) -> str:
@@ -132,12 +141,13 @@ def free_memory(device: torch.device, hardware: Hardware | None = None) -> tuple
 
 
 def check_fits(target: Path, drafter: Path | None, dtype: torch.dtype, device: torch.device,
-               context: int = DEFAULT_CONTEXT, hardware: Hardware | None = None) -> MemoryEstimate:
+               context: int = DEFAULT_CONTEXT, hardware: Hardware | None = None, weights: str | None = None) -> MemoryEstimate:
     """Raise ``DoesNotFit`` when target (+ drafter) at ``dtype`` with ``context`` tokens of K/V
-    would not fit ``device``'s free memory; return the estimate otherwise. Fitting without the
-    memory fit's headroom is allowed, with a warning (the OS or other apps may need it)."""
+    would not fit ``device``'s free memory; return the estimate otherwise. ``weights`` ("int8")
+    overrides the weight format ``dtype`` implies. Fitting without the memory fit's headroom is
+    allowed, with a warning (the OS or other apps may need it)."""
     entry = model_entry(target, drafter)
-    precision = precision_name(dtype)
+    precision = weights or precision_name(dtype)
     kind = _KINDS[device.type]
     estimate = estimate_memory(entry, precision, context, kind)
     budget, label = free_memory(device, hardware)

@@ -1,10 +1,18 @@
-"""A lighter drafter: its linear layers as int8 weights (kernels.quant_linear), at load time.
+"""Models with int8 linear weights (kernels.quant_linear), converted at load time.
 
-Only for drafters. A draft step reads every weight once and is bound by memory bandwidth on a
-CPU, so int8 weights (half the bytes of bf16, a quarter of fp32) make it about twice as cheap;
-what the drafter proposes changes slightly, what the target accepts does not. The LM head is
-left alone: the drafter's own (reduced) head quantizes just the rows it keeps, and the full head
-stays available to anything else that runs the model (transformers' assisted generation).
+A decode step reads every weight once and is bound by memory bandwidth on a CPU, so int8
+weights (half the bytes of bf16, a quarter of fp32) make it about twice as cheap.
+
+Drafters (``to_int8_drafter``): what the drafter proposes changes slightly, what the target
+accepts does not. Their LM head is left alone: the drafter's own (reduced) head quantizes just
+the rows it keeps, and the full head stays available to anything else that runs the model
+(transformers' assisted generation).
+
+Targets (``to_int8_target``, precision "int8"): the one lossy step, chosen by the user; the
+target's output changes slightly. The LM head is quantized too (a sixth of the 1.5B target's
+bytes). The int8 kernel computes every output row with the same instructions whatever the
+number of rows, so verification stays batch-invariant and greedy speculation on the int8
+target is token-identical to plain decoding of that same int8 target.
 """
 from __future__ import annotations
 
@@ -23,9 +31,12 @@ log = logging.getLogger(__name__)
 class Int8Linear(torch.nn.Module):
     """Drop-in for nn.Linear holding int8 weights and one fp32 scale per output feature."""
 
-    def __init__(self, linear: torch.nn.Linear) -> None:
+    def __init__(self, linear: torch.nn.Linear, quantized: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+        """``quantized``: (q, scale) already computed from ``linear``'s weight (a cache)."""
         super().__init__()
-        q, scale = quant_linear.quantize(linear.weight.detach())
+        q, scale = quantized if quantized is not None else quant_linear.quantize(linear.weight.detach())
+        if q.shape != linear.weight.shape or scale.shape != (linear.out_features,):
+            raise ValueError(f"quantized weights {tuple(q.shape)} do not match the layer {tuple(linear.weight.shape)}")
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.register_buffer("q", q)
         self.register_buffer("scale", scale)
@@ -43,22 +54,32 @@ def int8_available() -> bool:
     return quant_linear.fast_backend() is not None
 
 
-def quantize_linears(model: torch.nn.Module) -> int:
-    """Replace every nn.Linear of ``model`` but its output embeddings with an Int8Linear, in
-    place; the float weights are released. Returns how many were replaced."""
+def quantize_linears(model: torch.nn.Module, include_head: bool = False,
+                     quantized: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Replace every nn.Linear of ``model`` (but its output embeddings unless ``include_head``)
+    with an Int8Linear, in place; the float weights are released. ``quantized`` holds
+    ``{name}.q`` / ``{name}.scale`` computed earlier (a cache); layers found there are not
+    quantized again. Returns the int8 weights and scales of every replaced layer, by those keys."""
     start = time.perf_counter()
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     targets = [
         (name, module)
         for name, module in model.named_modules()
-        if isinstance(module, torch.nn.Linear) and module is not head
+        if isinstance(module, torch.nn.Linear) and (include_head or module is not head)
     ]
+    quantized = quantized or {}
+    held = {}
     for name, module in targets:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, attr, Int8Linear(module))
-    log.info("int8 drafter: %d linear layers in %.1fs", len(targets), time.perf_counter() - start)
-    return len(targets)
+        device = module.weight.device  # a cache is read to the CPU; the model may be elsewhere
+        cached = ((quantized[f"{name}.q"].to(device), quantized[f"{name}.scale"].to(device))
+                  if f"{name}.q" in quantized else None)
+        layer = Int8Linear(module, cached)
+        setattr(parent, attr, layer)
+        held[f"{name}.q"], held[f"{name}.scale"] = layer.q, layer.scale
+    log.info("int8: %d linear layers in %.1fs", len(targets), time.perf_counter() - start)
+    return held
 
 
 def _fp32_out_embedding(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -69,6 +90,26 @@ def _head_any_input(self, x: torch.Tensor) -> torch.Tensor:
     if self.weight.dtype == torch.bfloat16 and linear_kernels.fast_backend() is not None:
         return linear_kernels.linear(x, self.weight, self.bias)  # fp32 x, bf16 rows: no copy
     return torch.nn.functional.linear(x.to(self.weight.dtype), self.weight, self.bias).float()
+
+
+def _fp32_activations(model: torch.nn.Module, keep: set[int]) -> None:
+    """Small float parameters (norms, biases) to fp32 and fp32 rows out of the embedding, so
+    activations are fp32 from the first layer on (see to_int8_drafter)."""
+    for param in model.parameters():
+        if id(param) not in keep and param.is_floating_point():
+            param.data = param.data.float()
+    embed = model.get_input_embeddings()
+    embed.forward = types.MethodType(_fp32_out_embedding, embed)
+
+
+def to_int8_target(model: torch.nn.Module, quantized: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Turn a loaded bf16 target into an int8-weight one computing in fp32, in place: every
+    linear layer, the LM head included, becomes an Int8Linear; the embedding table stays as
+    loaded (bf16, memory-mapped: a lookup reads one row). ``quantized``: int8 weights from an
+    earlier conversion (engine.int8_cache). Returns the int8 weights, to cache."""
+    held = quantize_linears(model, include_head=True, quantized=quantized)
+    _fp32_activations(model, {id(model.get_input_embeddings().weight)})
+    return held
 
 
 def to_int8_drafter(model: torch.nn.Module) -> torch.nn.Module:
@@ -83,10 +124,7 @@ def to_int8_drafter(model: torch.nn.Module) -> torch.nn.Module:
     embed = model.get_input_embeddings()
     head = model.get_output_embeddings()
     keep = {id(embed.weight)} | ({id(head.weight)} if head is not None else set())
-    for param in model.parameters():
-        if id(param) not in keep and param.is_floating_point():
-            param.data = param.data.float()
-    embed.forward = types.MethodType(_fp32_out_embedding, embed)
+    _fp32_activations(model, keep)
     if head is not None:
         head.forward = types.MethodType(_head_any_input, head)
     return model

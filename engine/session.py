@@ -17,7 +17,7 @@ from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_l
 from engine.events import Event
 from engine.drafters.reduced_head import ReducedHead
 from engine.loading import LoadedModel, drafter_weights, load_model, read_config, same_vocabulary
-from engine.placement import check_fits, dtype_for, pick_device
+from engine.placement import check_fits, dtype_for, pick_device, weights_name
 from engine.runner import ModelRunner
 from engine.settings import DecodeSettings, DrafterOptions, Precision
 
@@ -68,7 +68,8 @@ class Session:
         options = drafter_options or DrafterOptions()
         dev = pick_device(device)
         if dev.type != "cpu":  # both models together, before either is loaded
-            check_fits(Path(target_path), Path(drafter_path) if drafter_path else None, dtype_for(precision, dev), dev)
+            check_fits(Path(target_path), Path(drafter_path) if drafter_path else None, dtype_for(precision, dev), dev,
+                       weights=weights_name(precision, dev))
         target = load_model(target_path, precision, str(dev), check_memory=False)
         drafter = None
         if drafter_path and is_assistant_config(read_config(drafter_path)):
@@ -90,6 +91,8 @@ class Session:
     def precision(self) -> str:
         import torch
 
+        if self.target.weights == "int8":
+            return "int8"
         return "exact" if self.target.dtype == torch.float32 else "fast"
 
     def encode(self, prompt: str | list[dict], chat: bool = True) -> list[int]:

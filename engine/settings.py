@@ -5,7 +5,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 Mode = Literal["greedy", "sample"]
-Precision = Literal["exact", "fast"]
+# exact: fp32 (greedy speculation token-identical to plain); fast: bf16/fp16; int8: the target's
+# linear weights quantized to int8 (smaller and faster on a CPU, output slightly different from
+# bf16; speculation on it stays token-identical to plain decoding of the same int8 target).
+Precision = Literal["exact", "fast", "int8"]
+PRECISIONS: tuple[str, ...] = ("exact", "fast", "int8")
 DraftHead = Literal["pruned", "full"]
 DrafterPrecision = Literal["auto", "int8", "bf16", "fp32"]
 

@@ -48,6 +48,12 @@ def fast_backend():
     return None if _active is reference else _active
 
 
+def active_backend() -> str:
+    """The name of the backend ``linear`` runs on now (choosing the default on first call)."""
+    fast_backend()
+    return next(name for name, module in _BACKENDS.items() if module is _active)
+
+
 def use_backend(name: str) -> None:
     global _active
     available_backends()
@@ -63,4 +69,4 @@ def linear(x, q, scale, bias=None):
     return _active.linear(x, q, scale, bias)
 
 
-__all__ = ["available_backends", "dequantize", "fast_backend", "linear", "quantize", "use_backend"]
+__all__ = ["active_backend", "available_backends", "dequantize", "fast_backend", "linear", "quantize", "use_backend"]

@@ -118,3 +118,23 @@ def test_settings_survive_a_restart(qtbot, make_window, app_settings):
     assert again.chat.input.toPlainText() == "half a message"
     assert again.demo.controls.draft_length.value() == 3
     assert again.demo.controls.max_new_tokens.value() == 77
+
+
+def test_choosing_quantized_precision_reloads_an_int8_target_and_stays_identical(qtbot, make_window):
+    """The precision combo's int8 entry says it is lossy; choosing it reloads the target with int8
+    weights, and speculation on that target still matches its plain decoding token for token."""
+    window = make_window()
+    combo = window.demo.controls.precision
+    index = combo.findData("int8")
+    assert index >= 0 and "slightly different" in combo.itemText(index)
+    with qtbot.waitSignal(window.model_loaded, timeout=120_000) as loaded:
+        combo.setCurrentIndex(index)
+        combo.activated.emit(index)
+    assert loaded.args[0].precision == "int8"
+    assert "int8" in window.model_label.text()
+    wait_idle(qtbot, window)
+    window.demo.prompt.setPlainText("def add(a, b):")
+    window.demo.controls.max_new_tokens.setValue(30)
+    with qtbot.waitSignal(window.demo_finished, timeout=120_000) as finished:
+        window.demo.run_button.click()
+    assert finished.args[0].identical

@@ -402,3 +402,27 @@ def test_a_two_core_cpu_is_recommended_a_model_it_can_chat_with(entries):
     # More cores, more bandwidth: the 8B model becomes the pick.
     sixteen = recommended_result(recommend(entries, Hardware.from_profile({"ram_gb": 25, "ram_available_gb": 23, "cpu_cores": 16})))
     assert sixteen.entry.target_params > 7e9
+
+
+@pytest.mark.slow
+def test_int8_target_estimate_is_within_15_percent_of_what_stays_resident(default_pair_entry):
+    # Precision int8: the target's linear layers and LM head are int8, memory-mapped from the
+    # int8 cache (read every step: they must stay resident); the drafter is int8 too. RSS also
+    # counts checkpoint pages read once while quantizing the drafter, which the OS can drop, so
+    # the estimate is checked against anonymous memory plus the int8 cache's resident pages.
+    from engine import default_pair, int8_cache
+    from engine.loading import drafter_weights
+
+    measured = probe("--context", "512", "--new-tokens", "8", "--precision", "int8")
+    held = drafter_weights("auto", "int8", "cpu")
+    estimate = estimate_memory(default_pair_entry, "int8", 512, "cpu", drafter_weights=held)
+    cache_name = int8_cache.cache_path(default_pair.installed_paths()[0]).name
+    int8_resident = measured["mapped_end"].get(cache_name, 0)
+    resident = measured["generate_peak_anon"] + int8_resident
+    print(f"\ndefault pair, int8 target, {held} drafter, 512 context: estimate {estimate.total / 2**20:.0f} MiB "
+          f"({ {k: round(v / 2**20) for k, v in estimate.to_dict().items()} }), measured anonymous peak "
+          f"{measured['generate_peak_anon'] / 2**20:.0f} + int8 cache {int8_resident / 2**20:.0f} MiB "
+          f"(peak RSS {measured['peak_rss'] / 2**20:.0f} MiB, mapped {measured['mapped_end']})")
+    assert abs(estimate.total - resident) / resident <= 0.15
+    assert estimate.weights < estimate_memory(default_pair_entry, "bf16", 512, "cpu").weights * 0.55
+    assert estimate.total <= measured["peak_rss"]

@@ -1,0 +1,32 @@
+"""The int8 default pair end to end (Qwen2.5-Coder 1.5B target quantized, 0.5B int8 drafter).
+
+Slow: needs the set-up to have installed the pair (make setup); the first run also converts the
+target's weights to int8 and caches them in the user cache dir.
+"""
+import pytest
+
+from engine import default_pair, int8_cache
+from engine.compare import compare
+from engine.session import Session
+from engine.settings import DecodeSettings
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def session():
+    found = default_pair.installed_paths()
+    if found is None:
+        pytest.fail("default model pair not installed: run `make setup` first")
+    return Session.load(found[0], found[1], precision="int8", device="cpu")
+
+
+def test_int8_target_is_cached_and_speculation_matches_its_plain_decoding(session):
+    assert session.precision == "int8" and session.target.weights == "int8"
+    assert int8_cache.cache_path(default_pair.installed_paths()[0]).exists()
+    prompt = "Write a Python function that checks whether a string is a palindrome."
+    result = compare(session, prompt, DecodeSettings(max_new_tokens=32, draft_length=3))
+    assert result.speculative.stats.drafted > 0
+    assert result.identical, result.divergence
+    # Sensible output: the quantized model still writes the requested Python function.
+    assert "def " in result.plain.text and "palindrome" in result.plain.text.lower(), result.plain.text
