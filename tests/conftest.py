@@ -16,6 +16,17 @@ def tiny_pair():
     return build_pair(seed=0)
 
 
+@pytest.fixture(scope="session")
+def default_pair_paths():
+    """(target, drafter) folders of the real default pair; slow tests fail without the set-up."""
+    from engine import default_pair
+
+    found = default_pair.installed_paths()
+    if found is None:
+        pytest.fail("default model pair not installed: run `make setup` first")
+    return found
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(request, tmp_path, monkeypatch):
     """Every test gets its own cache/data/log dirs, except slow tests, which use the real

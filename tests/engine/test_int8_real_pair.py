@@ -5,7 +5,7 @@ target's weights to int8 and caches them in the user cache dir.
 """
 import pytest
 
-from engine import default_pair, int8_cache
+from engine import int8_cache
 from engine.compare import compare
 from engine.session import Session
 from engine.settings import DecodeSettings
@@ -14,16 +14,14 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def session():
-    found = default_pair.installed_paths()
-    if found is None:
-        pytest.fail("default model pair not installed: run `make setup` first")
-    return Session.load(found[0], found[1], precision="int8", device="cpu")
+def session(default_pair_paths):
+    target, drafter = default_pair_paths
+    return Session.load(target, drafter, precision="int8", device="cpu")
 
 
-def test_int8_target_is_cached_and_speculation_matches_its_plain_decoding(session):
+def test_int8_target_is_cached_and_speculation_matches_its_plain_decoding(session, default_pair_paths):
     assert session.precision == "int8" and session.target.weights == "int8"
-    assert int8_cache.cache_path(default_pair.installed_paths()[0]).exists()
+    assert int8_cache.cache_path(default_pair_paths[0]).exists()
     prompt = "Write a Python function that checks whether a string is a palindrome."
     result = compare(session, prompt, DecodeSettings(max_new_tokens=32, draft_length=3))
     assert result.speculative.stats.drafted > 0

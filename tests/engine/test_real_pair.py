@@ -8,7 +8,6 @@ import sys
 
 import pytest
 
-from engine import default_pair
 from engine.compare import compare, drain
 from engine.session import Session
 from engine.settings import DecodeSettings
@@ -17,11 +16,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def paths():
-    found = default_pair.installed_paths()
-    if found is None:
-        pytest.fail("default model pair not installed: run `make setup` first")
-    return found
+def paths(default_pair_paths):
+    return default_pair_paths
 
 
 @pytest.fixture(scope="module")
