@@ -29,7 +29,14 @@ def default_pair_paths():
 
 @pytest.fixture(autouse=True)
 def isolated_home(request, tmp_path, monkeypatch):
-    """Every test gets its own cache/data/log dirs, except slow tests, which use the real
-    default model pair that the set-up installed in the user cache."""
-    if request.node.get_closest_marker("slow") is None:
-        monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "tandem-home"))
+    """Every test gets its own cache/data/log dirs. Slow tests share the user cache (the real
+    default model pair the set-up installed there) but keep their data, logs and settings to
+    themselves: a test's chats must never show up in the user's app."""
+    from engine.paths import cache_dir
+
+    home = tmp_path / "tandem-home"
+    if request.node.get_closest_marker("slow") is not None:
+        real_cache = cache_dir()
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "cache").symlink_to(real_cache, target_is_directory=True)
+    monkeypatch.setenv("TANDEM_HOME", str(home))
