@@ -237,7 +237,7 @@ class ChatView(QWidget):
 
     @staticmethod
     def _describe(s) -> str:
-        text = f"{s.tok_per_s:.1f} tok/s · {s.new_tokens} tokens"
+        text = f"{s.tok_per_s:.1f} tok/s · {s.new_tokens} token{'' if s.new_tokens == 1 else 's'}"
         if s.drafted:
             text += f" · {s.acceptance:.0%} of drafted tokens accepted"
         return text

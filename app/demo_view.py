@@ -290,7 +290,7 @@ class DemoView(QWidget):
             self.last[lane] = stats
             done = " · done" if isinstance(event, Finished) and event.reason != "cancelled" else (
                 " · stopped" if isinstance(event, Finished) else "")
-            self.headers[lane].rate.setText(f"{stats.tok_per_s:.1f} tok/s · {stats.new_tokens} tokens{done}")
+            self.headers[lane].rate.setText(f"{stats.tok_per_s:.1f} tok/s · {stats.new_tokens} token{'' if stats.new_tokens == 1 else 's'}{done}")
             if stats.seconds > 0:
                 self.speed_plot.add(lane, stats.seconds, stats.tok_per_s)
             self._update_stats()
