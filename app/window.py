@@ -11,7 +11,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import jobs
+from app import gui_gc, jobs
 from app.app_settings import AppSettings, Key
 from app.chat_view import ChatView
 from app.conversations import ConversationStore
@@ -67,6 +67,10 @@ class MainWindow(QMainWindow):
 
     def __init__(self, settings: AppSettings | None = None, autoload: bool = True) -> None:
         super().__init__()
+        # Before the engine thread exists: cyclic garbage (Qt objects among it) is collected
+        # on this thread only, never mid-load on the worker (see app/gui_gc.py).
+        gui_gc.hold()
+        self._holds_gc = True
         self.setWindowTitle("Tandem — fast local models with speculative decoding")
         self.settings = settings or AppSettings()
         self.state = UiState.IDLE
@@ -363,4 +367,7 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.host.cancel()
         self.host.shutdown()
+        if self._holds_gc:
+            self._holds_gc = False
+            gui_gc.release()
         super().closeEvent(event)
