@@ -32,8 +32,12 @@ def test_cycles_are_freed_on_the_gui_thread_not_the_worker(qtbot, make_window):
     window.host.submit("allocate", lambda ctx: (_allocate_containers(ctx), done.append(True)))
     qtbot.waitUntil(lambda: bool(done), timeout=10_000)
     assert freed_on in ([], [threading.main_thread().name])  # the worker did not free it
-    qtbot.waitUntil(lambda: bool(freed_on), timeout=10_000)  # the GUI-thread timer does
+    # Freed objects lower the collector's allocation count again: allocate (and keep) enough
+    # here that the GUI-thread timer's next look finds generation 0 over its threshold.
+    kept = [[i] for i in range(gc.get_threshold()[0] * 2)]
+    qtbot.waitUntil(lambda: bool(freed_on), timeout=10_000)  # the GUI-thread timer frees it
     assert freed_on == [threading.main_thread().name]
+    del kept
 
 
 def test_closing_the_last_window_hands_collection_back(qtbot, make_window):
