@@ -36,12 +36,18 @@ inline float bf16_to_float(uint16_t v) {
 // accumulator summed in k order and reduced by hsum, so its value does not depend on the tile
 // shape, hence not on M.
 template <int NR, int MR>
-inline void tile(const float* X, const uint16_t* W, const float* B, float* O, int64_t m, int64_t n, int64_t K, int64_t N) {
+inline void tile(const float* X, const uint16_t* W, const float* B, float* O, int64_t m, int64_t n, int64_t n_end, int64_t K, int64_t N) {
   __m256 acc[NR][MR];
   for (int i = 0; i < NR; ++i)
     for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_ps();
+  // One input row (plain decoding, drafting) is bound by memory bandwidth: fetch the next tile's
+  // weight rows ahead, since the hardware prefetcher barely ramps up within a short row.
+  const bool prefetch = MR == 1 && n + 2 * NR <= n_end;
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
+    if (prefetch && (k & 31) == 0) {
+      for (int i = 0; i < NR; ++i) _mm_prefetch(reinterpret_cast<const char*>(W + (n + NR + i) * K + k), _MM_HINT_T0);
+    }
     for (int i = 0; i < NR; ++i) {
       // Activations are read from L1 by the FMA itself, so registers go to accumulators and a
       // tile can cover up to 7 input rows: each weight vector is widened once for all of them.
@@ -63,8 +69,8 @@ inline void tile(const float* X, const uint16_t* W, const float* B, float* O, in
 template <int NR, int MR>
 inline void rows(const float* X, const uint16_t* W, const float* B, float* O, int64_t m, int64_t n0, int64_t n1, int64_t K, int64_t N) {
   int64_t n = n0;
-  for (; n + NR <= n1; n += NR) tile<NR, MR>(X, W, B, O, m, n, K, N);
-  for (; n < n1; ++n) tile<1, MR>(X, W, B, O, m, n, K, N);
+  for (; n + NR <= n1; n += NR) tile<NR, MR>(X, W, B, O, m, n, n1, K, N);
+  for (; n < n1; ++n) tile<1, MR>(X, W, B, O, m, n, n1, K, N);
 }
 
 }  // namespace
@@ -89,6 +95,10 @@ torch::Tensor linear_bf16w(torch::Tensor x, torch::Tensor w, c10::optional<torch
   }
   constexpr int64_t kBlock = 16;  // weight rows kept in L1/L2 while all input rows use them
   at::parallel_for(0, N, 64, [&](int64_t n_begin, int64_t n_end) {
+    if (M == 1) {  // nothing to keep in cache: stream the weights, prefetching ahead
+      rows<4, 1>(X, W, B, O, 0, n_begin, n_end, K, N);
+      return;
+    }
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlock) {
       const int64_t n1 = std::min(n0 + kBlock, n_end);
       int64_t m = 0;
