@@ -87,7 +87,7 @@ class FusedRunner:
                 layer.post_attention_layernorm.weight.float(),
                 g.q, g.scale, u.q, u.scale, d.q, d.scale,
             ))
-        self.head_dim = self.layers[0][1].shape[0] // self.n_heads
+        self.head_dim = self.layers[0][2].numel() // self.n_heads  # q_proj's scale: one per output
         self._capacity = initial_capacity
         self._alloc(initial_capacity)
         self.reset()

@@ -126,9 +126,12 @@ const float* opt_ptr(const c10::optional<torch::Tensor>& t) {
   return t.has_value() && t->defined() ? t->data_ptr<float>() : nullptr;
 }
 
-void check_int8(const torch::Tensor& w, const torch::Tensor& s, int64_t K) {
-  TORCH_CHECK(w.scalar_type() == at::kChar && w.dim() == 2 && w.is_contiguous() && w.size(1) == K, "int8 weight [N, K] expected");
-  TORCH_CHECK(s.scalar_type() == at::kFloat && s.numel() == w.size(0) && s.is_contiguous(), "fp32 scale [N] expected");
+void check_int8(const torch::Tensor& w, const torch::Tensor& s, int64_t K) { tandem_int8::check_weight(w, s, K); }
+
+// out[M, N] = h[M, K] . (w * s)^T + b, w in either int8 layout; N is the scale's length.
+void lin(const float* h, int64_t M, int64_t K, const torch::Tensor& w, const torch::Tensor& s,
+         const c10::optional<torch::Tensor>& b, float* out) {
+  tandem_int8::linear_into_any(h, M, K, w, s.data_ptr<float>(), opt_ptr(b), s.numel(), out);
 }
 
 }  // namespace
@@ -147,10 +150,10 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
                    int64_t pos0, int64_t n_heads, int64_t n_kv, double eps) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous(), "x must be [M, H] fp32");
   const int64_t M = x.size(0), H = x.size(1);
-  const int64_t D = wq.size(0) / n_heads, I = wg.size(0), cap = kc.size(1);
+  const int64_t D = sq.numel() / n_heads, I = sg.numel(), cap = kc.size(1);
   check_int8(wq, sq, H); check_int8(wk, sk, H); check_int8(wv, sv, H); check_int8(wo, so, n_heads * D);
   check_int8(wg, sg, H); check_int8(wu, su, H); check_int8(wd, sd, I);
-  TORCH_CHECK(wk.size(0) == n_kv * D && wv.size(0) == n_kv * D && n_heads % n_kv == 0, "head shapes do not match");
+  TORCH_CHECK(sk.numel() == n_kv * D && sv.numel() == n_kv * D && n_heads % n_kv == 0, "head shapes do not match");
   TORCH_CHECK(kc.scalar_type() == at::kFloat && kc.is_contiguous() && vc.is_contiguous() && kc.size(0) == n_kv && kc.size(2) == D, "cache must be [n_kv, cap, D] fp32");
   TORCH_CHECK(pos0 + M <= cap, "cache too small");
   TORCH_CHECK(cos.size(0) == M && cos.size(1) == D / 2 && cos.is_contiguous() && sin.is_contiguous(), "cos/sin must be [M, D/2]");
@@ -162,9 +165,9 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
   const float fe = static_cast<float>(eps);
   std::vector<float> h(M * H), q(M * n_heads * D), k(M * n_kv * D), v(M * n_kv * D), a(M * n_heads * D), o(M * H);
   rms_norm(X, ln1.data_ptr<float>(), h.data(), M, H, fe);
-  linear_into(h.data(), M, H, wq.data_ptr<int8_t>(), sq.data_ptr<float>(), opt_ptr(bq), n_heads * D, q.data());
-  linear_into(h.data(), M, H, wk.data_ptr<int8_t>(), sk.data_ptr<float>(), opt_ptr(bk), n_kv * D, k.data());
-  linear_into(h.data(), M, H, wv.data_ptr<int8_t>(), sv.data_ptr<float>(), opt_ptr(bv), n_kv * D, v.data());
+  lin(h.data(), M, H, wq, sq, bq, q.data());
+  lin(h.data(), M, H, wk, sk, bk, k.data());
+  lin(h.data(), M, H, wv, sv, bv, v.data());
   rope(q.data(), M, n_heads, D, cos.data_ptr<float>(), sin.data_ptr<float>());
   rope(k.data(), M, n_kv, D, cos.data_ptr<float>(), sin.data_ptr<float>());
   float* KC = kc.data_ptr<float>();
@@ -175,15 +178,16 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
       std::copy_n(v.data() + (m * n_kv + g) * D, D, VC + (g * cap + pos0 + m) * D);
     }
   attention(q.data(), KC, VC, a.data(), M, n_heads, n_kv, D, cap, pos0);
-  linear_into(a.data(), M, n_heads * D, wo.data_ptr<int8_t>(), so.data_ptr<float>(), opt_ptr(bo), H, o.data());
+  lin(a.data(), M, n_heads * D, wo, so, bo, o.data());
   for (int64_t i = 0; i < M * H; ++i) X[i] += o[i];
 
   rms_norm(X, ln2.data_ptr<float>(), h.data(), M, H, fe);
   std::vector<float> gate(M * I), up(M * I);
-  linear_into(h.data(), M, H, wg.data_ptr<int8_t>(), sg.data_ptr<float>(), nullptr, I, gate.data());
-  linear_into(h.data(), M, H, wu.data_ptr<int8_t>(), su.data_ptr<float>(), nullptr, I, up.data());
+  const c10::optional<torch::Tensor> none;
+  lin(h.data(), M, H, wg, sg, none, gate.data());
+  lin(h.data(), M, H, wu, su, none, up.data());
   silu_mul(gate.data(), up.data(), M * I);
-  linear_into(gate.data(), M, I, wd.data_ptr<int8_t>(), sd.data_ptr<float>(), nullptr, H, o.data());
+  lin(gate.data(), M, I, wd, sd, none, o.data());
   for (int64_t i = 0; i < M * H; ++i) X[i] += o[i];
 }
 

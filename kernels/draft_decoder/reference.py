@@ -13,7 +13,7 @@ For M new tokens at positions pos0 .. pos0+M-1, with x [M, H] the residual strea
     x = x + lin(silu(lin(h, Wg)) * lin(h, Wu), Wd)
 
 x and the caches are updated in place. Weights are (q int8 [N, K], scale fp32 [N]) pairs as
-kernels.quant_linear makes them; biases (q, k, v, o only) fp32 or None.
+kernels.quant_linear makes them (q possibly packed); biases (q, k, v, o only) fp32 or None.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 def decoder_layer(x, ln1, wq, sq, bq, wk, sk, bk, wv, sv, bv, wo, so, bo, ln2, wg, sg, wu, su, wd, sd,
                   kc, vc, cos, sin, pos0: int, n_heads: int, n_kv: int, eps: float) -> None:
     m = x.shape[0]
-    d = wq.shape[0] // n_heads
+    d = sq.numel() // n_heads
     h = rms_norm(x, ln1, eps)
     q = rope(int8.linear(h, wq, sq, bq).view(m, n_heads, d), cos, sin)
     k = rope(int8.linear(h, wk, sk, bk).view(m, n_kv, d), cos, sin)

@@ -6,10 +6,8 @@
 #include "int8_gemm.h"
 
 torch::Tensor linear_int8w(torch::Tensor x, torch::Tensor q, torch::Tensor scale, c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(q.scalar_type() == at::kChar && q.dim() == 2 && q.is_contiguous(), "weight must be contiguous [N, K] int8");
-  const int64_t N = q.size(0), K = q.size(1);
-  TORCH_CHECK(x.size(-1) == K, "x last dim must equal K");
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.numel() == N && scale.is_contiguous(), "scale must be [N] fp32");
+  const int64_t K = x.size(-1);
+  const int64_t N = tandem_int8::check_weight(q, scale, K);
   auto out_shape = x.sizes().vec();
   out_shape.back() = N;
   auto xf = x.reshape({-1, K}).to(at::kFloat).contiguous();
@@ -21,7 +19,7 @@ torch::Tensor linear_int8w(torch::Tensor x, torch::Tensor q, torch::Tensor scale
     bf = bias->to(at::kFloat).contiguous();
     B = bf.data_ptr<float>();
   }
-  tandem_int8::linear_into(xf.data_ptr<float>(), M, K, q.data_ptr<int8_t>(), scale.data_ptr<float>(), B, N, out.data_ptr<float>());
+  tandem_int8::linear_into_any(xf.data_ptr<float>(), M, K, q, scale.data_ptr<float>(), B, N, out.data_ptr<float>());
   return out.to(x.scalar_type()).reshape(out_shape);
 }
 

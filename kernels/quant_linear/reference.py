@@ -9,7 +9,7 @@ Linear:
     call (batch invariance), so verifying k+1 rows of an int8 target gives the bits that k+1
     one-row decoding steps give, and greedy speculation on it stays token-identical.
 
-x: [..., K] (bf16 or fp32), q: [N, K] int8, scale: [N] fp32, bias: [N] or None. Drafters use it
+x: [..., K] (bf16 or fp32), q: [N, K] int8 (or packed [N/8, K, 8], kernels/linear/packing.py), scale: [N] fp32, bias: [N] or None. Drafters use it
 (their precision changes what they propose, never what the target accepts) and int8 targets.
 """
 from __future__ import annotations
@@ -27,6 +27,10 @@ def quantize(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def dequantize(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    if q.dim() == 3:
+        from kernels.linear.packing import unpack
+
+        q = unpack(q)
     return q.float() * scale[:, None]
 
 

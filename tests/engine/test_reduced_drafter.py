@@ -198,3 +198,25 @@ def test_greedy_output_is_identical_with_the_fused_int8_drafter(tiny_pair):
             assert spec.token_ids == plain.token_ids
             if k:
                 assert spec.stats.accepted > 0
+
+
+def test_an_int8_drafter_holds_packed_weights_that_compute_the_same(tiny_pair):
+    import copy
+
+    from kernels import quant_linear
+    from kernels.linear.packing import unpack
+
+    if quant_linear.fast_backend() is None:
+        pytest.skip("weights are packed only for the compiled int8 kernel")
+    tokenizer, _, drafter = tiny_pair
+    packed = int8_copy(drafter)
+    int8_layers = [m for m in packed.modules() if isinstance(m, Int8Linear)]
+    assert int8_layers and all(m.q.dim() == 3 for m in int8_layers)
+    rows = copy.deepcopy(packed)
+    for m in rows.modules():
+        if isinstance(m, Int8Linear):
+            m.q = unpack(m.q).contiguous()
+    prompt = encode(tokenizer, PROMPTS[1])
+    got = ModelRunner(packed).forward(prompt, n_logits=len(prompt))
+    want = ModelRunner(rows).forward(prompt, n_logits=len(prompt))
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -31,12 +31,24 @@ def rope_tables(pos0, m, d):
     return angles.cos().contiguous(), angles.sin().contiguous()
 
 
+def packed(weights):
+    """The drafter's layout: every int8 weight in panels of 8 rows (engine.quantize.Int8Linear.pack)."""
+    from kernels.linear.packing import can_pack, pack
+
+    return tuple(pack(w) if w is not None and w.dtype == torch.int8 and can_pack(w) else w for w in weights)
+
+
 @pytest.mark.parametrize("n_heads,n_kv", [(4, 2), (14, 2), (4, 4)])
 @pytest.mark.parametrize("steps", [[1, 1, 1], [5, 1, 2], [9], [3, 7, 1]])
 @pytest.mark.parametrize("biases", [True, False])
-def test_backend_matches_reference_over_several_calls(backend, n_heads, n_kv, steps, biases):
+@pytest.mark.parametrize("layout", ["rows", "packed"])
+def test_backend_matches_reference_over_several_calls(backend, n_heads, n_kv, steps, biases, layout):
     h, d, inter, cap = 64, 16, 96, 32
     weights = layer_weights(h, n_heads, n_kv, d, inter, biases)
+    reference_weights = weights
+    if layout == "packed":
+        weights = packed(weights)
+        assert sum(w is not None and w.dim() == 3 for w in weights) == 7
     caches = {name: (torch.zeros(n_kv, cap, d), torch.zeros(n_kv, cap, d)) for name in ("got", "want")}
     pos = 0
     for i, m in enumerate(steps):
@@ -44,7 +56,7 @@ def test_backend_matches_reference_over_several_calls(backend, n_heads, n_kv, st
         cos, sin = rope_tables(pos, m, d)
         got, want = x.clone(), x.clone()
         draft_decoder.decoder_layer(got, *weights, *caches["got"], cos, sin, pos, n_heads, n_kv, 1e-6)
-        reference.decoder_layer(want, *weights, *caches["want"], cos, sin, pos, n_heads, n_kv, 1e-6)
+        reference.decoder_layer(want, *reference_weights, *caches["want"], cos, sin, pos, n_heads, n_kv, 1e-6)
         assert torch.allclose(got, want, rtol=1e-4, atol=1e-4), (got - want).abs().max()
         pos += m
     for a, b in zip(caches["got"], caches["want"]):

@@ -77,3 +77,19 @@ def test_rows_do_not_depend_on_how_many_are_computed_together(backend, k, n, dty
     for m in range(1, 10):
         together = quant_linear.linear(x[:m], q, scale, b)
         assert torch.equal(together, alone[:m]), m
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 13])
+@pytest.mark.parametrize("k,n,bias", [(64, 48, True), (136, 24, False), (13, 8, True), (896, 72, False)])
+def test_packed_weights_give_the_same_result(backend, m, k, n, bias):
+    """Drafters hold their int8 weights packed in panels of 8 rows; the values must not change."""
+    from kernels.linear.packing import pack
+
+    gen = torch.Generator().manual_seed(m * 7 + k + n)
+    x = torch.randn(m, k, generator=gen)
+    q, scale = quant_linear.quantize(torch.randn(n, k, generator=gen))
+    b = torch.randn(n, generator=gen) if bias else None
+    got = quant_linear.linear(x, pack(q), scale, b)
+    want = reference.linear(x, q, scale, b)
+    assert got.shape == want.shape
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
