@@ -159,6 +159,7 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
                          "drafter_model": session.drafter_model.name if session.drafter_model else None,
                          "drafter_weights": session.drafter_model.weights if session.drafter_model else None,
                          "drafter_head": options.head, "draft_vocab_size": options.vocab_size,
+                         "min_confidence": options.min_confidence,
                          "reduced_head_size": head.base_ids.numel() if head is not None else None,
                          "target_load_seconds": session.target.seconds,
                          "drafter_load_seconds": session.drafter_model.seconds if session.drafter_model else None,

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from engine.paths import RESOURCES
-from engine.settings import DEFAULT_DRAFT_VOCAB
+from engine.settings import DEFAULT_DRAFT_VOCAB, DEFAULT_MIN_CONFIDENCE
 
 
 def _progress_printer():
@@ -39,7 +39,8 @@ def _session(args, need_drafter=True):
     from engine.settings import DrafterOptions
 
     target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter)
-    options = DrafterOptions(head=args.drafter_head, precision=args.drafter_precision, vocab_size=args.draft_vocab_size)
+    options = DrafterOptions(head=args.drafter_head, precision=args.drafter_precision, vocab_size=args.draft_vocab_size,
+                             min_confidence=args.min_confidence)
     print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "") + f" ({args.precision})", file=sys.stderr)
     return Session.load(target, drafter, args.precision, args.device, drafter_options=options)
 
@@ -272,6 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="drafter weights; auto: int8 where the fast CPU kernel runs (never changes the output)")
         p.add_argument("--draft-vocab-size", type=int, default=DEFAULT_DRAFT_VOCAB,
                        help="tokens kept by the pruned drafter head")
+        p.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,
+                       help="stop a draft once the drafter's probability of its next token is below this")
 
     p = sub.add_parser("setup", help="assemble, verify and convert the default offline model pair")
     p.set_defaults(func=cmd_setup)

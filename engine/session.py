@@ -55,7 +55,8 @@ class Session:
         if assistant:
             self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
         elif drafter is not None:
-            self._model_drafter = DraftModelDrafter(drafter.model, drafter.name, head=draft_head(drafter, self.drafter_options))
+            self._model_drafter = DraftModelDrafter(drafter.model, drafter.name, head=draft_head(drafter, self.drafter_options),
+                                                    min_confidence=self.drafter_options.min_confidence)
         else:
             self._model_drafter = None
         self._mtp_drafter: Drafter | None = None

@@ -19,6 +19,12 @@ DrafterPrecision = Literal["auto", "int8", "bf16", "fp32"]
 # fifth of the full head's.
 DEFAULT_DRAFT_VOCAB = 32768
 
+# Stop a draft early once the drafter doubts its next token (see DrafterOptions): its last tokens
+# are the ones verification rejects, and each costs a draft step and a verified row. Measured on
+# the default pair (bench prompts, code/rewrite/prose, same run): geometric mean speedup 1.67x
+# at 0 vs 1.73x at 0.4, better or equal on every prompt where the drafts differed.
+DEFAULT_MIN_CONFIDENCE = 0.4
+
 
 @dataclass(frozen=True)
 class DecodeSettings:
@@ -61,11 +67,14 @@ class DrafterOptions:
     head "pruned" scores only ``vocab_size`` frequent tokens (engine.draft_vocab) plus the
     request's own tokens; "full" scores the whole vocabulary. precision "auto" is int8 weights
     where a fast int8 kernel runs (CPU), else the target's dtype; "int8", "bf16", "fp32" force one.
+    ``min_confidence``: a draft stops early once the drafter's own probability of its next token
+    falls below this (0 drafts the full length the controller asks for).
     """
 
     head: DraftHead = "pruned"
     precision: DrafterPrecision = "auto"
     vocab_size: int = DEFAULT_DRAFT_VOCAB
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE
 
     def __post_init__(self) -> None:
         if self.head not in ("pruned", "full"):
@@ -74,3 +83,5 @@ class DrafterOptions:
             raise ValueError(f"drafter precision must be auto, int8, bf16 or fp32, not {self.precision!r}")
         if self.vocab_size < 1:
             raise ValueError("vocab_size must be >= 1")
+        if not 0 <= self.min_confidence < 1:
+            raise ValueError("min_confidence must be in [0, 1)")

@@ -197,3 +197,11 @@ def test_drafter_stops_early_when_unsure_and_output_is_unchanged(tiny_pair):
     result, steps = run_to_end(speculative_decode(ModelRunner(target), always_sure, tokenizer, prompt, settings, set()))
     assert result.token_ids == reference.token_ids
     assert max(s.drafted for s in steps) == 6
+
+
+def test_drafter_options_carry_the_confidence_cut_to_the_drafter():
+    from engine.settings import DEFAULT_MIN_CONFIDENCE, DrafterOptions
+
+    assert 0 < DrafterOptions().min_confidence == DEFAULT_MIN_CONFIDENCE < 1
+    with pytest.raises(ValueError, match="min_confidence"):
+        DrafterOptions(min_confidence=1.0)
