@@ -42,7 +42,3 @@ def release() -> None:
         gc.collect()  # what the windows left behind dies here, on the GUI thread
         if _was_enabled:
             gc.enable()
-
-
-def collecting_on_gui_thread() -> bool:
-    return _holders > 0 and not gc.isenabled()
