@@ -35,24 +35,31 @@ inline float bf16_to_float(uint16_t v) {
 // and every widened weight vector is reused MR times. Each output element still has exactly one
 // accumulator summed in k order and reduced by hsum, so its value does not depend on the tile
 // shape, hence not on M.
-template <int NR, int MR>
+//
+// Registers: NR widened weight vectors + NR*MR accumulators + one input vector (<= 16). Holding
+// the input vector while it meets every weight row reads each input row once per tile rather
+// than once per weight row: with 6 rows of K = 1536 the inputs spill out of L1, and those reads
+// (not the FMAs, not the weights) were what made 6 rows cost 2x one row.
+//
+// PREFETCH fetches the next tile's weight rows ahead: one input row (plain decoding, drafting)
+// and verification's few rows are bound by streaming the weights from memory, and the hardware
+// prefetcher barely ramps up within a short row.
+template <int NR, int MR, bool PREFETCH>
 inline void tile(const float* X, const uint16_t* W, const float* B, float* O, int64_t m, int64_t n, int64_t n_end, int64_t K, int64_t N) {
   __m256 acc[NR][MR];
   for (int i = 0; i < NR; ++i)
     for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_ps();
-  // One input row (plain decoding, drafting) is bound by memory bandwidth: fetch the next tile's
-  // weight rows ahead, since the hardware prefetcher barely ramps up within a short row.
-  const bool prefetch = MR == 1 && n + 2 * NR <= n_end;
+  const bool prefetch = PREFETCH && n + 2 * NR <= n_end;
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
     if (prefetch && (k & 31) == 0) {
       for (int i = 0; i < NR; ++i) _mm_prefetch(reinterpret_cast<const char*>(W + (n + NR + i) * K + k), _MM_HINT_T0);
     }
-    for (int i = 0; i < NR; ++i) {
-      // Activations are read from L1 by the FMA itself, so registers go to accumulators and a
-      // tile can cover up to 7 input rows: each weight vector is widened once for all of them.
-      const __m256 wv = load_bf16x8(W + (n + i) * K + k);
-      for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(X + (m + j) * K + k), wv, acc[i][j]);
+    __m256 wv[NR];
+    for (int i = 0; i < NR; ++i) wv[i] = load_bf16x8(W + (n + i) * K + k);
+    for (int j = 0; j < MR; ++j) {
+      const __m256 xv = _mm256_loadu_ps(X + (m + j) * K + k);
+      for (int i = 0; i < NR; ++i) acc[i][j] = _mm256_fmadd_ps(xv, wv[i], acc[i][j]);
     }
   }
   for (int i = 0; i < NR; ++i) {
@@ -66,11 +73,26 @@ inline void tile(const float* X, const uint16_t* W, const float* B, float* O, in
   }
 }
 
-template <int NR, int MR>
+template <int NR, int MR, bool PREFETCH = false>
 inline void rows(const float* X, const uint16_t* W, const float* B, float* O, int64_t m, int64_t n0, int64_t n1, int64_t K, int64_t N) {
   int64_t n = n0;
-  for (; n + NR <= n1; n += NR) tile<NR, MR>(X, W, B, O, m, n, n1, K, N);
-  for (; n < n1; ++n) tile<1, MR>(X, W, B, O, m, n, n1, K, N);
+  for (; n + NR <= n1; n += NR) tile<NR, MR, PREFETCH>(X, W, B, O, m, n, n1, K, N);
+  for (; n < n1; ++n) tile<1, MR, false>(X, W, B, O, m, n, n1, K, N);
+}
+
+// Input rows 0..MR1 and MR1..MR1+MR2 against the same NR weight rows, one after the other: for 7
+// or 8 rows no single tile fits the registers, and the second pass finds the rows in cache.
+template <int NR, int MR1, int MR2>
+inline void split_rows(const float* X, const uint16_t* W, const float* B, float* O, int64_t n0, int64_t n1, int64_t K, int64_t N) {
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) {
+    tile<NR, MR1, true>(X, W, B, O, 0, n, n1, K, N);
+    tile<NR, MR2, false>(X, W, B, O, MR1, n, n1, K, N);
+  }
+  for (; n < n1; ++n) {
+    tile<1, MR1, false>(X, W, B, O, 0, n, n1, K, N);
+    tile<1, MR2, false>(X, W, B, O, MR1, n, n1, K, N);
+  }
 }
 
 }  // namespace
@@ -95,22 +117,31 @@ torch::Tensor linear_bf16w(torch::Tensor x, torch::Tensor w, c10::optional<torch
   }
   constexpr int64_t kBlock = 16;  // weight rows kept in L1/L2 while all input rows use them
   at::parallel_for(0, N, 64, [&](int64_t n_begin, int64_t n_end) {
-    if (M == 1) {  // nothing to keep in cache: stream the weights, prefetching ahead
-      rows<4, 1>(X, W, B, O, 0, n_begin, n_end, K, N);
-      return;
+    // Decoding (1 row) and verification (2..8 rows) stream the weights once, prefetching ahead.
+    // Tile shapes measured on Zen 3 (2 threads, 8 distinct 1536x8960 weights so memory is real).
+    switch (M) {
+      case 1: rows<4, 1, true>(X, W, B, O, 0, n_begin, n_end, K, N); return;
+      case 2: rows<4, 2, true>(X, W, B, O, 0, n_begin, n_end, K, N); return;
+      case 3: rows<3, 3, true>(X, W, B, O, 0, n_begin, n_end, K, N); return;
+      case 4: rows<2, 4, true>(X, W, B, O, 0, n_begin, n_end, K, N); return;
+      case 5: rows<2, 5, true>(X, W, B, O, 0, n_begin, n_end, K, N); return;
+      case 6: rows<2, 6, true>(X, W, B, O, 0, n_begin, n_end, K, N); return;
+      case 7: split_rows<2, 4, 3>(X, W, B, O, n_begin, n_end, K, N); return;
+      case 8: split_rows<2, 4, 4>(X, W, B, O, n_begin, n_end, K, N); return;
+      default: break;
     }
+    // Prefill: blocks of weight rows stay in cache while every input row passes over them.
     for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlock) {
       const int64_t n1 = std::min(n0 + kBlock, n_end);
       int64_t m = 0;
-      // Verification (2..8 rows) and prefill: the widest tiles that fit 16 vector registers.
       for (; M - m > 7; m += 6) rows<2, 6>(X, W, B, O, m, n0, n1, K, N);
       switch (M - m) {
-        case 7: rows<2, 7>(X, W, B, O, m, n0, n1, K, N); break;
+        case 7: rows<2, 4>(X, W, B, O, m, n0, n1, K, N); rows<2, 3>(X, W, B, O, m + 4, n0, n1, K, N); break;
         case 6: rows<2, 6>(X, W, B, O, m, n0, n1, K, N); break;
         case 5: rows<2, 5>(X, W, B, O, m, n0, n1, K, N); break;
-        case 4: rows<3, 4>(X, W, B, O, m, n0, n1, K, N); break;
-        case 3: rows<4, 3>(X, W, B, O, m, n0, n1, K, N); break;
-        case 2: rows<6, 2>(X, W, B, O, m, n0, n1, K, N); break;
+        case 4: rows<2, 4>(X, W, B, O, m, n0, n1, K, N); break;
+        case 3: rows<3, 3>(X, W, B, O, m, n0, n1, K, N); break;
+        case 2: rows<4, 2>(X, W, B, O, m, n0, n1, K, N); break;
         case 1: rows<4, 1>(X, W, B, O, m, n0, n1, K, N); break;
         default: break;
       }
