@@ -23,26 +23,34 @@ inline __m256 load_i8x8(const int8_t* p) {
 }
 
 // NR weight rows x MR input rows. Every widened weight vector is reused MR times; NR*MR
-// independent accumulators hide the FMA latency. Activations are read from memory (L1) so that
-// wide tiles fit in the 16 vector registers. With one input row (drafting) the next tile's
-// weight rows are prefetched: the rows are short (896 bytes for a 0.5B model) and the hardware
-// prefetcher does not ramp up within one.
-template <int NR, int MR>
+// independent accumulators hide the FMA latency. Registers: NR widened weight vectors + NR*MR
+// accumulators + one input vector, which meets every weight row once loaded (reading it once
+// per weight row instead made verification bound by activation reads from L2, as in
+// kernels/linear). PREFETCH fetches the next tile's weight rows ahead: one input row (drafting,
+// decoding) and verification's few rows stream the weights, and the hardware prefetcher does
+// not ramp up within one short row (896 bytes for a 0.5B model).
+template <int NR, int MR, bool PREFETCH = (MR == 1)>
 inline void tile(const float* X, const int8_t* W, const float* S, const float* B, float* O,
                  int64_t m, int64_t n, int64_t n_end, int64_t K, int64_t N) {
   __m256 acc[NR][MR];
   for (int i = 0; i < NR; ++i)
     for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_ps();
-  const bool prefetch = MR == 1 && n + 2 * NR <= n_end;
+  const bool prefetch = PREFETCH && n + 2 * NR <= n_end;
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
     if (prefetch && (k & 63) == 0) {
       for (int i = 0; i < NR; ++i) _mm_prefetch(reinterpret_cast<const char*>(W + (n + NR + i) * K + k), _MM_HINT_T0);
     }
-    for (int i = 0; i < NR; ++i) {
-      const __m256 wv = load_i8x8(W + (n + i) * K + k);
-      for (int j = 0; j < MR; ++j)
-        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(X + (m + j) * K + k), wv, acc[i][j]);
+    if constexpr (MR == 1) {  // 8 rows wide: widen each weight vector just before its FMA
+      for (int i = 0; i < NR; ++i)
+        acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(X + m * K + k), load_i8x8(W + (n + i) * K + k), acc[i][0]);
+    } else {
+      __m256 wv[NR];
+      for (int i = 0; i < NR; ++i) wv[i] = load_i8x8(W + (n + i) * K + k);
+      for (int j = 0; j < MR; ++j) {
+        const __m256 xv = _mm256_loadu_ps(X + (m + j) * K + k);
+        for (int i = 0; i < NR; ++i) acc[i][j] = _mm256_fmadd_ps(xv, wv[i], acc[i][j]);
+      }
     }
   }
   for (int i = 0; i < NR; ++i) {
@@ -56,24 +64,48 @@ inline void tile(const float* X, const int8_t* W, const float* S, const float* B
   }
 }
 
-template <int NR, int MR>
+template <int NR, int MR, bool PREFETCH = (MR == 1)>
 inline void rows(const float* X, const int8_t* W, const float* S, const float* B, float* O,
                  int64_t m, int64_t n0, int64_t n1, int64_t K, int64_t N) {
   int64_t n = n0;
-  for (; n + NR <= n1; n += NR) tile<NR, MR>(X, W, S, B, O, m, n, n1, K, N);
-  for (; n < n1; ++n) tile<1, MR>(X, W, S, B, O, m, n, n1, K, N);
+  for (; n + NR <= n1; n += NR) tile<NR, MR, PREFETCH>(X, W, S, B, O, m, n, n1, K, N);
+  for (; n < n1; ++n) tile<1, MR, false>(X, W, S, B, O, m, n, n1, K, N);
 }
 
-
-
+// Input rows 0..MR1 and MR1..MR1+MR2 against the same NR weight rows in turn: for 7 or 8 rows no
+// single tile fits the registers, and the second pass finds the rows in cache.
+template <int NR, int MR1, int MR2>
+inline void split_rows(const float* X, const int8_t* W, const float* S, const float* B, float* O,
+                       int64_t n0, int64_t n1, int64_t K, int64_t N) {
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) {
+    tile<NR, MR1, true>(X, W, S, B, O, 0, n, n1, K, N);
+    tile<NR, MR2, false>(X, W, S, B, O, MR1, n, n1, K, N);
+  }
+  for (; n < n1; ++n) {
+    tile<1, MR1, false>(X, W, S, B, O, 0, n, n1, K, N);
+    tile<1, MR2, false>(X, W, S, B, O, MR1, n, n1, K, N);
+  }
+}
 
 // O[M, N] = (X[M, K] . W[N, K]^T) * S[N] + B[N], parallel over N.
 inline void linear_into(const float* X, int64_t M, int64_t K, const int8_t* W, const float* S,
                         const float* B, int64_t N, float* O) {
   // Split across threads only when each gets enough weights to amortize waking it (~32 KB).
   const int64_t grain = std::max<int64_t>(64, (32 << 10) / std::max<int64_t>(K, 1));
-  if (M == 1) {
-    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { rows<8, 1>(X, W, S, B, O, 0, n0, n1, K, N); });
+  if (M <= 8) {  // decoding and verification: stream the weights once, prefetching ahead
+    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
+      switch (M) {
+        case 1: rows<8, 1>(X, W, S, B, O, 0, n0, n1, K, N); break;
+        case 2: rows<4, 2, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
+        case 3: rows<3, 3, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
+        case 4: rows<2, 4, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
+        case 5: rows<2, 5, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
+        case 6: rows<2, 6, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
+        case 7: split_rows<2, 4, 3>(X, W, S, B, O, n0, n1, K, N); break;
+        default: split_rows<2, 4, 4>(X, W, S, B, O, n0, n1, K, N); break;
+      }
+    });
     return;
   }
   constexpr int64_t kBlock = 16;  // weight rows kept in L1/L2 while all input rows use them
