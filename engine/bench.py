@@ -126,6 +126,9 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
         spec = _ours(session.speculative(ids, settings, drafter))
         s = spec["stats"]
         spec.update(drafted=s["drafted"], accepted=s["accepted"], acceptance=s["acceptance"], mean_accepted_per_pass=s["mean_accepted_per_pass"], tokens_per_pass=s["tokens_per_pass"])
+        used = session.drafter(drafter)
+        if hasattr(used, "lookup_steps"):  # which source drafted each pass (LookupFirstDrafter)
+            spec.update(lookup_steps=used.lookup_steps, model_steps=used.model_steps)
         row["speculative"] = spec
         if hf:
             row["hf_plain"] = _hf(session, ids, max_new_tokens, assisted=False)
@@ -147,7 +150,8 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
         progress(
             f"{item['id']:<14} {item['category']:<9} plain {row['plain']['tok_per_s']:5.2f} tok/s  "
             f"spec {spec['tok_per_s']:5.2f} ({row['speedup_vs_plain']:.2f}x, acc {spec['acceptance']:.2f}, "
-            f"{spec['tokens_per_pass']:.2f} tok/pass" + (f", c {c:.3f}" if c else "") + ")  "
+            f"{spec['tokens_per_pass']:.2f} tok/pass"
+            + (f", lookup {spec['lookup_steps']}/{spec['lookup_steps'] + spec['model_steps']} passes" if "lookup_steps" in spec else "") + (f", c {c:.3f}" if c else "") + ")  "
             + (f"agree full {agree['full']:.2f} reduced {agree['reduced']:.2f}  " if agree else "")
             + (f"hf {row['hf_plain']['tok_per_s']:5.2f}  hf-assisted {row.get('hf_assisted', {}).get('tok_per_s', 0):5.2f}  " if hf else "")
             + (f"plain at {baseline['precision']} {row['baseline_plain']['tok_per_s']:5.2f}  " if "baseline_plain" in row else "")
@@ -159,7 +163,7 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
                          "drafter_model": session.drafter_model.name if session.drafter_model else None,
                          "drafter_weights": session.drafter_model.weights if session.drafter_model else None,
                          "drafter_head": options.head, "draft_vocab_size": options.vocab_size,
-                         "min_confidence": options.min_confidence,
+                         "min_confidence": options.min_confidence, "lookup": options.lookup,
                          "reduced_head_size": head.base_ids.numel() if head is not None else None,
                          "target_load_seconds": session.target.seconds,
                          "drafter_load_seconds": session.drafter_model.seconds if session.drafter_model else None,

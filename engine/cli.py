@@ -40,7 +40,7 @@ def _session(args, need_drafter=True):
 
     target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter)
     options = DrafterOptions(head=args.drafter_head, precision=args.drafter_precision, vocab_size=args.draft_vocab_size,
-                             min_confidence=args.min_confidence)
+                             min_confidence=args.min_confidence, lookup=not args.no_lookup)
     print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "") + f" ({args.precision})", file=sys.stderr)
     return Session.load(target, drafter, args.precision, args.device, drafter_options=options)
 
@@ -275,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tokens kept by the pruned drafter head")
         p.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,
                        help="stop a draft once the drafter's probability of its next token is below this")
+        p.add_argument("--no-lookup", action="store_true",
+                       help="draft with the model alone (default: prompt lookup drafts where the text copies the prompt)")
 
     p = sub.add_parser("setup", help="assemble, verify and convert the default offline model pair")
     p.set_defaults(func=cmd_setup)

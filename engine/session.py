@@ -12,6 +12,7 @@ from typing import Literal
 
 from engine.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import DraftModelDrafter, Drafter, DrafterMismatch, Gemma4AssistantDrafter, PromptLookupDrafter
+from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
 from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.events import Event
@@ -59,6 +60,10 @@ class Session:
                                                     min_confidence=self.drafter_options.min_confidence)
         else:
             self._model_drafter = None
+        # Prompt lookup takes over from a draft model where the request copies itself.
+        self._drafting: Drafter | None = self._model_drafter
+        if isinstance(self._model_drafter, DraftModelDrafter) and self.drafter_options.lookup:
+            self._drafting = LookupFirstDrafter(self._model_drafter)
         self._mtp_drafter: Drafter | None = None
         #: Set when a requested drafter was replaced by another one; says why, for the user.
         self.drafter_note: str | None = None
@@ -119,7 +124,7 @@ class Session:
         if kind == "model":
             if self._model_drafter is None:
                 raise ValueError("no draft model is loaded; use prompt lookup or load a drafter")
-            return self._model_drafter
+            return self._drafting
         if kind == "mtp":
             return self._mtp()
         raise ValueError(f"unknown drafter {kind!r}")

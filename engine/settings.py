@@ -69,12 +69,15 @@ class DrafterOptions:
     where a fast int8 kernel runs (CPU), else the target's dtype; "int8", "bf16", "fp32" force one.
     ``min_confidence``: a draft stops early once the drafter's own probability of its next token
     falls below this (0 drafts the full length the controller asks for).
+    ``lookup``: let prompt lookup draft instead of the model where the request copies itself
+    (engine.drafters.lookup_first); False drafts with the model alone.
     """
 
     head: DraftHead = "pruned"
     precision: DrafterPrecision = "auto"
     vocab_size: int = DEFAULT_DRAFT_VOCAB
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
+    lookup: bool = True
 
     def __post_init__(self) -> None:
         if self.head not in ("pruned", "full"):

@@ -4,6 +4,7 @@ import torch
 
 from engine.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import DraftModelDrafter, PromptLookupDrafter
+from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.events import Failed, Finished
 from engine.runner import ModelRunner
 from engine.settings import DecodeSettings
@@ -40,7 +41,8 @@ def test_greedy_speculation_is_token_identical_to_plain(tokenizer, seed):
         reference = plain_ids(target, tokenizer, prompt, settings, eos)
         for k in (None, 0, 1, 2, 4, 8):
             settings = DecodeSettings(max_new_tokens=40, draft_length=k)
-            for make in (lambda: DraftModelDrafter(drafter), PromptLookupDrafter):
+            for make in (lambda: DraftModelDrafter(drafter), PromptLookupDrafter,
+                         lambda: LookupFirstDrafter(DraftModelDrafter(drafter), min_match=1)):
                 result, _ = run_to_end(
                     speculative_decode(ModelRunner(target), make(), tokenizer, prompt, settings, eos)
                 )

@@ -2,10 +2,12 @@
 
 With top-k = 3 the target's law over the first four new tokens has 81 outcomes; we compute it
 exactly from the model and compare speculative samples against it with a chi-square test
-(false-alarm rate 1e-4). Run for a close drafter, a far drafter, prompt lookup, and drafters
+(false-alarm rate 1e-4). Run for a close drafter, a far drafter, prompt lookup, prompt lookup in
+front of a draft model (each step's source depends on earlier sampled tokens), and drafters
 whose head covers only part of the vocabulary (their q is zero outside it, and verification must
 be given that q, not the full head's), with float and int8 weights.
 """
+import collections
 import itertools
 
 import pytest
@@ -13,6 +15,7 @@ import torch
 
 from engine.decoding import speculative_decode
 from engine.drafters import DraftModelDrafter, PromptLookupDrafter
+from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.drafters.reduced_head import ReducedHead
 from engine.events import Finished
 from engine.runner import ModelRunner
@@ -63,10 +66,10 @@ def pruned_drafter(target, prompt, int8):
     return DraftModelDrafter(model, head=ReducedHead(model.lm_head.weight, subset, int8=int8))
 
 
-@pytest.mark.parametrize("drafter_kind", ["close", "far", "lookup", "pruned", "pruned-int8"])
+@pytest.mark.parametrize("drafter_kind", ["close", "far", "lookup", "lookup-first", "pruned", "pruned-int8"])
 def test_speculative_sampling_matches_target_distribution(setup, drafter_kind):
     tokenizer, target, prompt = setup
-    if drafter_kind == "lookup":
+    if drafter_kind.startswith("lookup"):
         # Every token once, so that any sampled token has an earlier occurrence to continue.
         prompt = prompt + list(range(3, len(tokenizer)))
     law = exact_law(target, prompt)
@@ -75,6 +78,10 @@ def test_speculative_sampling_matches_target_distribution(setup, drafter_kind):
     probs = torch.tensor([law[o] for o in outcomes])
     if drafter_kind == "lookup":
         drafter = PromptLookupDrafter()  # deterministic drafts: q is one-hot
+    elif drafter_kind == "lookup-first":
+        # 1-gram matches always exist here, so the source flips with each guess's track record.
+        model = DraftModelDrafter(perturbed_copy(target, 0.3, seed=3))
+        drafter = LookupFirstDrafter(model, min_match=1, model_cost=1.0)
     elif drafter_kind.startswith("pruned"):
         drafter = pruned_drafter(target, prompt, int8=drafter_kind.endswith("int8"))
     else:
@@ -82,6 +89,7 @@ def test_speculative_sampling_matches_target_distribution(setup, drafter_kind):
         drafter = DraftModelDrafter(perturbed_copy(target, noise, seed=3))
     runner = ModelRunner(target)
     samples, drafted, trials = [], 0, 2500
+    sources = collections.Counter()  # LookupFirstDrafter's passes by source
     for seed in range(trials):
         settings = DecodeSettings(mode="sample", temperature=TEMPERATURE, top_k=TOP_K, max_new_tokens=N_TOKENS, seed=seed, draft_length=2)
         for event in speculative_decode(runner, drafter, tokenizer, prompt, settings, set()):
@@ -89,6 +97,9 @@ def test_speculative_sampling_matches_target_distribution(setup, drafter_kind):
                 break
         assert event.reason == "max_new_tokens", event
         drafted += event.stats.drafted
+        sources.update(lookup=getattr(drafter, "lookup_steps", 0), model=getattr(drafter, "model_steps", 0))
         samples.append(index[tuple(event.token_ids)])
     assert drafted >= trials  # speculation really happened
+    if drafter_kind == "lookup-first":
+        assert sources["lookup"] > trials // 4 and sources["model"] > trials // 4, sources
     assert_same_distribution(torch.tensor(samples), probs)

@@ -33,15 +33,17 @@ def test_leading_dimensions_are_kept(backend):
     assert linear_kernels.linear(x, w).shape == (2, 3, 8)
 
 
-def test_rows_do_not_depend_on_how_many_are_computed_together(backend):
-    """Verifying k+1 tokens in one pass must equal k+1 one-token passes, bit for bit."""
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(11, 200, generator=gen).bfloat16()
-    w = torch.randn(70, 200, generator=gen).bfloat16()
-    together = linear_kernels.linear(x, w)
-    for i in range(11):
-        assert torch.equal(linear_kernels.linear(x[i : i + 1], w), together[i : i + 1])
-    assert torch.equal(linear_kernels.linear(x[3:8], w), together[3:8])
+@pytest.mark.parametrize("k", [200, 203])  # 203: a scalar tail after the vector loop
+def test_rows_do_not_depend_on_how_many_are_computed_together(backend, k):
+    """Verifying k+1 tokens in one pass must equal k+1 one-token passes, bit for bit, for every
+    row count (each has its own register tile) and for prefill-sized calls."""
+    gen = torch.Generator().manual_seed(k)
+    x = torch.randn(11, k, generator=gen).bfloat16()
+    w = torch.randn(70, k, generator=gen).bfloat16()
+    alone = torch.cat([linear_kernels.linear(x[i : i + 1], w) for i in range(11)])
+    for m in range(2, 12):
+        assert torch.equal(linear_kernels.linear(x[:m], w), alone[:m]), m
+    assert torch.equal(linear_kernels.linear(x[3:8], w), alone[3:8])
 
 
 def test_unknown_backend_is_refused():

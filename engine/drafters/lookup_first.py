@@ -1,0 +1,119 @@
+"""A draft model that lets prompt lookup draft for free where the text copies itself.
+
+Rewriting, editing and summarizing repeat long stretches of the prompt; there a lookup guess
+(what followed the latest earlier occurrence of the context's trailing n-gram) is accepted about
+as often as the draft model's tokens and costs no drafter pass at all. Elsewhere (fresh code,
+prose) short n-gram matches are mostly wrong, and a wasted pass costs more than the drafter
+steps it saves. So each step picks one source from what this request has shown so far:
+
+- every lookup guess, used or not, is scored afterwards against the tokens actually produced
+  (the next context says what they were), so lookup's track record builds while the model drafts;
+- the model's own drafts are scored the same way;
+- lookup drafts when its expected tokens per target pass beat the model's once the model's
+  drafter steps are paid for.
+
+Which source proposed a token does not matter for losslessness: lookup drafts are
+deterministic (q is one-hot, which the verifier handles) and every token is verified.
+"""
+from __future__ import annotations
+
+import torch
+
+from engine.drafters.base import Draft
+from engine.sampler import Sampler
+
+
+def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -> tuple[int, list[int]]:
+    """(n, up to k tokens that followed the latest earlier match of the trailing n-gram), for the
+    longest n <= max_ngram that matches; (0, []) when even one token does not recur."""
+    if k <= 0 or len(context) < 2:
+        return 0, []
+    ids = torch.tensor(context)
+    for n in range(min(max_ngram, len(context) - 1), 0, -1):
+        windows = ids[:-1].unfold(0, n, 1)  # every n-gram with at least one token after it
+        hits = (windows == ids[-n:]).all(dim=1).nonzero().flatten()
+        if hits.numel():
+            start = int(hits[-1]) + n
+            return n, context[start : start + k]
+    return 0, []
+
+
+def _common_prefix(a: list[int] | tuple[int, ...], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+class LookupFirstDrafter:
+    """``model``: the draft model (DraftModelDrafter). ``min_match``: the shortest trailing n-gram
+    whose continuation is worth a guess (shorter matches are mostly chance). ``model_cost``: a
+    target pass that verifies model drafts costs this many lookup passes (its drafter steps: on
+    the default pair k ~ 4 steps at c ~ 0.12 of a target pass next to a ~1.7-pass verification).
+    ``decay``: how fast the track records forget (0.6: two failed guesses in a row hand drafting
+    back to the model); ``prior``: tokens credited to both at start."""
+
+    free = False
+
+    def __init__(self, model, min_match: int = 3, model_cost: float = 1.3, decay: float = 0.6, prior: float = 1.5) -> None:
+        self.model = model
+        self.name = f"{model.name} + prompt lookup"
+        self.min_match = min_match
+        self.model_cost = model_cost
+        self.decay = decay
+        self.prior = prior
+        self.reset()
+
+    # -- the Drafter interface ------------------------------------------------------------
+    def reset(self) -> None:
+        self.model.reset()
+        self.lookup_score = self.prior  # decayed mean of tokens a lookup guess got right
+        self.model_score = self.prior  # decayed mean of model draft tokens accepted
+        self.lookup_steps = 0  # drafts proposed by lookup in this request
+        self.model_steps = 0
+        self._pending: tuple[int, list[int], tuple[int, ...], bool] | None = None
+
+    def prepare(self, prompt: list[int]) -> None:
+        self.model.prepare(prompt)
+
+    def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
+        self._score_previous(context)
+        if k <= 0:
+            return Draft(())
+        n, guess = longest_match_continuation(context, k)
+        if n < self.min_match:
+            guess = []
+        if guess and self._lookup_pays():
+            self.lookup_steps += 1
+            self._pending = (len(context), guess, tuple(guess), True)
+            return Draft(tuple(guess))
+        draft = self.model.propose(context, k, sampler)
+        self.model_steps += 1
+        self._pending = (len(context), guess, draft.tokens, False)
+        return draft
+
+    def observe(self, valid_length: int) -> None:
+        self.model.observe(valid_length)
+
+    # -- choosing a source ------------------------------------------------------------------
+    def _lookup_pays(self) -> bool:
+        # Tokens per pass: accepted drafts + the target's own token.
+        return (self.lookup_score + 1) * self.model_cost >= self.model_score + 1
+
+    def _score_previous(self, context: list[int]) -> None:
+        """Score the previous step's guess and draft against what the target produced."""
+        if self._pending is None:
+            return
+        start, guess, drafted, from_lookup = self._pending
+        self._pending = None
+        produced = context[start:]
+        if len(context) < start or not produced:
+            return  # a different request (reset was skipped); nothing to learn
+        d = self.decay
+        if guess:
+            self.lookup_score = d * self.lookup_score + (1 - d) * _common_prefix(guess, produced)
+        if drafted and not from_lookup:
+            # produced = accepted drafts + the target's token, so the common prefix is exact.
+            self.model_score = d * self.model_score + (1 - d) * _common_prefix(drafted, produced)
