@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from engine.fast_linear import accelerate_linears
+from engine.invariant_attention import use_batch_invariant_attention
 from engine import int8_cache
 from engine.placement import check_fits, dtype_for, pick_device, weights_name  # noqa: F401  (pick_device, dtype_for: re-exported)
 from engine.quantize import int8_available, to_int8_drafter, to_int8_target
@@ -83,6 +84,8 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
         release_freed_memory()
     elif fast_kernels:
         accelerate_linears(model, batch_invariant=role == "target")
+    if role == "target" and fast_kernels:
+        use_batch_invariant_attention(model)  # with the linear kernels: verification == decoding, bit for bit
     tokenizer = AutoTokenizer.from_pretrained(path) if with_tokenizer else None
     seconds = time.perf_counter() - start
     held = weights or {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]

@@ -1,0 +1,67 @@
+"""The attention backends against the reference, and the batch invariance the target relies on."""
+import pytest
+import torch
+
+from kernels import attention
+from kernels.attention import reference
+
+
+@pytest.fixture(params=attention.available_backends())
+def backend(request):
+    attention.use_backend(request.param)
+    yield request.param
+    attention.use_backend("reference")
+
+
+def _qkv(heads, kv_heads, rows, length, dim, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, heads, rows, dim, generator=gen).to(dtype)
+    k = torch.randn(1, kv_heads, length, dim, generator=gen).to(dtype)
+    v = torch.randn(1, kv_heads, length, dim, generator=gen).to(dtype)
+    return q, k, v
+
+
+def _naive(q, k, v, scaling):
+    """Textbook masked softmax attention in float64: what both backends approximate."""
+    group = q.shape[1] // k.shape[1]
+    k = k.double().repeat_interleave(group, dim=1)
+    v = v.double().repeat_interleave(group, dim=1)
+    rows, length = q.shape[2], k.shape[2]
+    scores = (q.double() @ k.transpose(2, 3)) * scaling
+    mask = torch.ones(rows, length, dtype=torch.bool).tril(length - rows)
+    out = scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+    return out.transpose(1, 2)
+
+
+@pytest.mark.parametrize("heads,kv_heads,rows,length,dim", [(4, 4, 1, 1, 8), (12, 2, 7, 90, 128), (6, 2, 3, 13, 64), (2, 1, 9, 9, 16)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_backend_matches_textbook_attention(backend, heads, kv_heads, rows, length, dim, dtype):
+    q, k, v = _qkv(heads, kv_heads, rows, length, dim, dtype)
+    got = attention.causal_attention(q, k, v, dim ** -0.5)
+    assert got.shape == (1, rows, heads, dim) and got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.double(), _naive(q, k, v, dim ** -0.5), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rows_do_not_depend_on_how_many_are_computed_together(backend, dtype):
+    """Row i of a k+1-row verification equals a one-row decoding step at the same position, bit for
+    bit, also when the cache is a cropped view (as after a rejected draft)."""
+    q, k, v = _qkv(12, 2, 9, 140, 128, dtype, seed=3)
+    k, v = k[:, :, :100], v[:, :, :100]  # a view with the longer cache's strides
+    rows = 9
+    together = attention.causal_attention(q, k, v, 0.088)
+    for i in range(rows):
+        visible = 100 - rows + i + 1
+        alone = attention.causal_attention(q[:, :, i : i + 1], k[:, :, :visible], v[:, :, :visible], 0.088)
+        assert torch.equal(alone[:, 0], together[:, i]), i
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        attention.use_backend("nope")
+
+
+def test_reference_is_the_specification():
+    q, k, v = _qkv(4, 2, 5, 20, 16, torch.float32, seed=5)
+    torch.testing.assert_close(reference.causal_attention(q, k, v, 0.25).double(), _naive(q, k, v, 0.25), atol=1e-5, rtol=1e-5)
