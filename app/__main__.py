@@ -108,6 +108,8 @@ def main(argv=None) -> int:
         window.demo_finished.connect(lambda _: script.done())
     if args.screenshot and not (args.demo or args.chat):
         _when(lambda: window.last_report is not None, script.done)  # the picker has filled in
+    elif args.screenshot:
+        window.no_model.connect(lambda why: script.done(failed=why))  # fail now, not at the timeout
     if args.screenshot:
         QTimer.singleShot(int(args.timeout * 1000), lambda: script.done(failed="timed out"))
     try:

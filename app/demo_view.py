@@ -72,7 +72,8 @@ class DecodeControls(QWidget):
         self.precision.addItem("Quantized (int8, smaller, slightly different output)", "int8")
         self.precision.setToolTip(
             "Exact: float32, speculation is token-identical to plain decoding.\n"
-            "Fast: bfloat16; a multi-token check can flip a near-tie, so rare differences are shown and explained.\n"
+            "Fast: bfloat16; on a CPU with the compiled kernels speculation is token-identical here too\n"
+            "(elsewhere a multi-token check can flip a near-tie: any difference is shown and explained).\n"
             "Quantized: the model's weights rounded to int8 (half of bf16's memory, faster on a CPU). This changes\n"
             "the model's output slightly compared with bf16; speculation on top of it stays token-identical to\n"
             "plain decoding of the same quantized model. The first load converts the weights (once, then cached)."

@@ -64,6 +64,8 @@ class ErrorBanner(QWidget):
 class MainWindow(QMainWindow):
     demo_finished = Signal(object)  # SideBySideResult, for --screenshot --demo and tests
     model_loaded = Signal(object)
+    #: Nothing could be loaded (no model installed, or the load failed): the message says why.
+    no_model = Signal(str)
 
     def __init__(self, settings: AppSettings | None = None, autoload: bool = True) -> None:
         super().__init__()
@@ -211,7 +213,9 @@ class MainWindow(QMainWindow):
             self.load_default()
         else:
             self.tabs.setCurrentIndex(0)
-            self.banner.show_error("No model is installed yet: pick one on the Models tab and press Download.")
+            message = "No model is installed yet: pick one on the Models tab and press Download."
+            self.banner.show_error(message)
+            self.no_model.emit(message)
 
     def load_entry(self, fit) -> None:
         precision = self.demo.controls.precision.currentData()
@@ -272,6 +276,8 @@ class MainWindow(QMainWindow):
             self.drafter_note.show()
         elif isinstance(payload, JobFailed):
             self._fail(payload.message)
+            if kind == "load" and self.loaded is None:
+                self.no_model.emit(payload.message)
         elif isinstance(payload, JobEnded):
             if envelope.job == self.active_job:
                 self.active_job = self.active_kind = None

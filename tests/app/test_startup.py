@@ -30,3 +30,16 @@ def test_screenshot_of_a_demo_run(tmp_path, tiny_dirs):
     assert image.width() >= 800 and image.height() >= 600
     log = (tmp_path / "home" / "log" / "tandem.log").read_text()
     assert "demo: speedup" in log and "identical True" in log
+
+
+def test_a_scripted_demo_without_a_model_fails_fast_and_says_why(tmp_path):
+    """`--demo ... --screenshot` with nothing installed must not wait for its timeout."""
+    out = tmp_path / "shot.png"
+    env = {**__import__("os").environ, "QT_QPA_PLATFORM": "offscreen", "TANDEM_HOME": str(tmp_path / "empty-home")}
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "--screenshot", str(out), "--demo", "hello", "--timeout", "600"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "No model is installed yet" in result.stderr
+    assert out.exists()  # the screenshot shows the window saying so
