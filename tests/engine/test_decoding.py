@@ -42,7 +42,7 @@ def test_greedy_speculation_is_token_identical_to_plain(tokenizer, seed):
         for k in (None, 0, 1, 2, 4, 8):
             settings = DecodeSettings(max_new_tokens=40, draft_length=k)
             for make in (lambda: DraftModelDrafter(drafter), PromptLookupDrafter,
-                         lambda: LookupFirstDrafter(DraftModelDrafter(drafter), min_match=1)):
+                         lambda: LookupFirstDrafter(DraftModelDrafter(drafter), min_match=1, lookup_prior=1.5)):
                 result, _ = run_to_end(
                     speculative_decode(ModelRunner(target), make(), tokenizer, prompt, settings, eos)
                 )

@@ -33,13 +33,17 @@ def test_lookup_drafts_while_the_text_copies_itself_then_the_model_takes_over(ti
     context = passage + passage[:6]  # the output has started to repeat the passage
     drafter.reset()
     drafter.prepare(context)
-    for _ in range(3):  # the target keeps copying: lookup guesses right, and keeps drafting
+    for step in range(4):  # the target keeps copying: lookup's guesses are right
         draft = drafter.propose(context, 4, _greedy())
         start = len(context) - len(passage)
-        assert list(draft.tokens) == passage[start : start + 4]
-        drafter.observe(len(context) + 4)
-        context = passage + passage[: start + 5]  # all 4 accepted + the target's own token
-    assert (drafter.lookup_steps, drafter.model_steps) == (3, 0)
+        if step > 0:  # the first draft is the model's; its shadow-scored guess earns lookup the next
+            assert list(draft.tokens) == passage[start : start + 4]
+        right = 0  # drafts that match the passage are accepted
+        while right < len(draft.tokens) and draft.tokens[right] == passage[start + right]:
+            right += 1
+        drafter.observe(len(context) + right)
+        context = passage + passage[: start + 5]  # the target goes on copying
+    assert (drafter.lookup_steps, drafter.model_steps) == (3, 1)
     assert drafter.lookup_score > drafter.prior
     # Now the target writes a recurring phrase (20, 21, 22) followed by something new each time:
     # the phrase matches, so lookup guesses, and every guess is wrong from its first token.
@@ -65,7 +69,7 @@ def test_greedy_output_is_unchanged_and_both_sources_draft(tiny_pair):
     settings = DecodeSettings(max_new_tokens=48)
     plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, settings, set()))
     for k in (None, 2, 5):
-        drafter = LookupFirstDrafter(DraftModelDrafter(drafter_model), min_match=1, model_cost=1.0)
+        drafter = LookupFirstDrafter(DraftModelDrafter(drafter_model), min_match=1, model_cost=1.0, lookup_prior=1.5)
         result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt,
                                                   DecodeSettings(max_new_tokens=48, draft_length=k), set()))
         assert isinstance(result, Finished), result

@@ -81,7 +81,7 @@ def test_speculative_sampling_matches_target_distribution(setup, drafter_kind):
     elif drafter_kind == "lookup-first":
         # 1-gram matches always exist here, so the source flips with each guess's track record.
         model = DraftModelDrafter(perturbed_copy(target, 0.3, seed=3))
-        drafter = LookupFirstDrafter(model, min_match=1, model_cost=1.0)
+        drafter = LookupFirstDrafter(model, min_match=1, model_cost=1.0, lookup_prior=1.5)
     elif drafter_kind.startswith("pruned"):
         drafter = pruned_drafter(target, prompt, int8=drafter_kind.endswith("int8"))
     else:
