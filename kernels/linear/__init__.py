@@ -12,53 +12,24 @@ which keeps greedy speculation token-identical to plain decoding in bf16 too.
 """
 from __future__ import annotations
 
-import logging
-import os
-
+from kernels.backends import CpuBackends
 from kernels.linear import reference
 
-log = logging.getLogger(__name__)
-
-_BACKENDS = {"reference": reference}
-_active = None
-
-
-def _load_fast() -> None:
-    if os.environ.get("TANDEM_NO_CPU_KERNELS"):
-        return
-    try:
-        from kernels.linear import cpu_avx2
-
-        if cpu_avx2.available():
-            _BACKENDS["cpu_avx2"] = cpu_avx2
-    except Exception as exc:  # no compiler, unsupported CPU: the reference still works
-        log.warning("fast CPU linear kernel unavailable (%s); using stock PyTorch", exc)
+backends = CpuBackends("linear", reference, "CPU linear")
 
 
 def available_backends() -> list[str]:
-    if len(_BACKENDS) == 1:
-        _load_fast()
-    return sorted(_BACKENDS)
+    return backends.available()
 
 
 def fast_backend():
     """The best non-reference backend, or None. Loaded (and compiled) on first call."""
-    global _active
-    if _active is None:
-        available_backends()
-        _active = _BACKENDS.get("cpu_avx2", reference)
-    return None if _active is reference else _active
+    return backends.fast()
 
 
 def use_backend(name: str) -> None:
-    global _active
-    available_backends()
-    if name not in _BACKENDS:
-        raise ValueError(f"unknown linear backend {name!r}; available: {sorted(_BACKENDS)}")
-    _active = _BACKENDS[name]
+    backends.use(name)
 
 
 def linear(x, weight, bias=None):
-    if _active is None:
-        fast_backend()
-    return _active.linear(x, weight, bias)
+    return backends.active.linear(x, weight, bias)

@@ -5,14 +5,14 @@ import sys
 import torch
 
 from kernels import linear as linear_kernels
+from kernels.backends import CpuBackends
 from kernels.linear import cpu_avx2, reference
 
 
 def test_frozen_app_without_prebuilt_kernel_uses_the_reference(monkeypatch, tmp_path, caplog):
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     monkeypatch.setattr(cpu_avx2, "PREBUILT", tmp_path / "prebuilt")  # empty: nothing shipped
-    monkeypatch.setattr(linear_kernels, "_BACKENDS", {"reference": reference})
-    monkeypatch.setattr(linear_kernels, "_active", None)
+    monkeypatch.setattr(linear_kernels, "backends", CpuBackends("linear", reference, "CPU linear"))  # not probed yet
     monkeypatch.delenv("TANDEM_NO_CPU_KERNELS", raising=False)
     cpu_avx2._module.cache_clear()
     try:
