@@ -52,7 +52,8 @@ class CpuBackends:
         return None if self.active is self.reference else self.active
 
     def active_name(self) -> str:
-        return next(name for name, module in self._modules.items() if module is self.active)
+        active = self.active  # probes first: the dict may grow
+        return next(name for name, module in self._modules.items() if module is active)
 
     def use(self, name: str) -> None:
         self.available()

@@ -4,17 +4,18 @@ backend is unavailable and the model keeps PyTorch's own attention."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import sys
 from pathlib import Path
 
 import torch
 
+from kernels.build import compile_avx2, cpu_supports_avx2
+
 SOURCE = Path(__file__).with_name("attention_avx2.cpp")
 
 
 def available() -> bool:
-    if getattr(sys, "frozen", False) or torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+    if getattr(sys, "frozen", False) or not cpu_supports_avx2():
         return False
     _module()
     return True
@@ -22,17 +23,7 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    from torch.utils.cpp_extension import load
-
-    # One build per checkout and source version (checkouts share torch's extension dir).
-    digest = hashlib.sha256(str(SOURCE).encode() + SOURCE.read_bytes()).hexdigest()[:10]
-    return load(
-        name=f"tandem_attention_avx2_{digest}",
-        sources=[str(SOURCE)],
-        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
-        extra_ldflags=["-fopenmp"],
-        verbose=False,
-    )
+    return compile_avx2("tandem_attention_avx2", SOURCE)
 
 
 def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:

@@ -2,18 +2,16 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 
-import torch
+from kernels.build import compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("decoder_avx2.cpp")
-INCLUDE = SOURCE.parent.parent / "quant_linear"
-HEADER = INCLUDE / "int8_gemm.h"
+HEADER = SOURCE.parent.parent / "quant_linear" / "int8_gemm.h"
 
 
 def available() -> bool:
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+    if not cpu_supports_avx2():
         return False
     _module()
     return True
@@ -21,18 +19,7 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    from torch.utils.cpp_extension import load
-
-    # One build per checkout and source version (checkouts share torch's extension dir).
-    digest = hashlib.sha256(str(SOURCE).encode() + SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:10]
-    return load(
-        name=f"tandem_draft_decoder_avx2_{digest}",
-        sources=[str(SOURCE)],
-        extra_include_paths=[str(INCLUDE)],
-        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
-        extra_ldflags=["-fopenmp"],
-        verbose=False,
-    )
+    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER,))
 
 
 def decoder_layer(*args) -> None:

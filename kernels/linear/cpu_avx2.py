@@ -8,12 +8,13 @@ when it fails to load, kernels.linear falls back to the reference kernel.
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import sys
 from pathlib import Path
 
 import torch
+
+from kernels.build import compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("linear_avx2.cpp")
 PREBUILT = Path(__file__).with_name("prebuilt")
@@ -21,7 +22,7 @@ NAME = "tandem_linear_avx2"
 
 
 def available() -> bool:
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+    if not cpu_supports_avx2():
         return False
     _module()
     return True
@@ -31,18 +32,7 @@ def available() -> bool:
 def _module():
     if getattr(sys, "frozen", False):
         return _prebuilt()
-    from torch.utils.cpp_extension import load
-
-    # One build per checkout and source version: two checkouts sharing torch's extension dir
-    # under one name would rebuild each other's copy on every load.
-    digest = hashlib.sha256(str(SOURCE).encode() + SOURCE.read_bytes()).hexdigest()[:10]
-    return load(
-        name=f"{NAME}_{digest}",
-        sources=[str(SOURCE)],
-        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
-        extra_ldflags=["-fopenmp"],
-        verbose=False,
-    )
+    return compile_avx2(NAME, SOURCE)
 
 
 def _prebuilt():

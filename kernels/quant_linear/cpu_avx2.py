@@ -3,17 +3,18 @@ extensions dir; `tandem setup` builds it ahead of time)."""
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 
 import torch
+
+from kernels.build import compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("quant_linear_avx2.cpp")
 HEADER = SOURCE.with_name("int8_gemm.h")  # the tiling code, shared with kernels/draft_decoder
 
 
 def available() -> bool:
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+    if not cpu_supports_avx2():
         return False
     _module()
     return True
@@ -21,18 +22,7 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    from torch.utils.cpp_extension import load
-
-    # One build per checkout and source version (checkouts share torch's extension dir).
-    digest = hashlib.sha256(str(SOURCE).encode() + SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:10]
-    return load(
-        name=f"tandem_quant_linear_avx2_{digest}",
-        sources=[str(SOURCE)],
-        extra_include_paths=[str(SOURCE.parent)],
-        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
-        extra_ldflags=["-fopenmp"],
-        verbose=False,
-    )
+    return compile_avx2("tandem_quant_linear_avx2", SOURCE, (HEADER,))
 
 
 def linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
