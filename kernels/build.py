@@ -7,6 +7,8 @@ from pathlib import Path
 
 import torch
 
+COMMON = Path(__file__).with_name("avx2_common.h")  # helpers every AVX2 kernel includes
+
 
 def cpu_supports_avx2() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.build import compile_avx2, cpu_supports_avx2
+from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("attention_avx2.cpp")
 
@@ -23,7 +23,7 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    return compile_avx2("tandem_attention_avx2", SOURCE)
+    return compile_avx2("tandem_attention_avx2", SOURCE, (COMMON,))
 
 
 def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:

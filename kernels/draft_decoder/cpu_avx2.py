@@ -4,7 +4,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from kernels.build import compile_avx2, cpu_supports_avx2
+from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("decoder_avx2.cpp")
 HEADER = SOURCE.parent.parent / "quant_linear" / "int8_gemm.h"
@@ -19,7 +19,7 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER,))
+    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER, COMMON))
 
 
 def decoder_layer(*args) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.build import compile_avx2, cpu_supports_avx2
+from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("linear_avx2.cpp")
 PREBUILT = Path(__file__).with_name("prebuilt")
@@ -32,7 +32,7 @@ def available() -> bool:
 def _module():
     if getattr(sys, "frozen", False):
         return _prebuilt()
-    return compile_avx2(NAME, SOURCE)
+    return compile_avx2(NAME, SOURCE, (COMMON,))
 
 
 def _prebuilt():

@@ -9,27 +9,13 @@
 #include <cstring>
 #include <algorithm>
 
+#include "avx2_common.h"
+
 namespace {
 
-inline __m256 load_bf16x8(const uint16_t* p) {
-  __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
-}
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-  return _mm_cvtss_f32(lo);
-}
-
-inline float bf16_to_float(uint16_t v) {
-  uint32_t bits = static_cast<uint32_t>(v) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+using tandem_avx2::bf16_to_float;
+using tandem_avx2::hsum;
+using tandem_avx2::load_bf16x8;
 
 // A tile of NR weight rows x MR input rows: NR*MR independent accumulators hide the FMA latency
 // and every widened weight vector is reused MR times. Each output element still has exactly one

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.build import compile_avx2, cpu_supports_avx2
+from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("quant_linear_avx2.cpp")
 HEADER = SOURCE.with_name("int8_gemm.h")  # the tiling code, shared with kernels/draft_decoder
@@ -22,7 +22,7 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    return compile_avx2("tandem_quant_linear_avx2", SOURCE, (HEADER,))
+    return compile_avx2("tandem_quant_linear_avx2", SOURCE, (HEADER, COMMON))
 
 
 def linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
