@@ -9,18 +9,20 @@ in fast mode speculation sometimes changed the text. With this, it never does.
 
 Prompt prefill (more than ``PREFILL_ROWS`` new rows) keeps PyTorch's SDPA: plain and speculative
 decoding prefill a prompt the same way, and verification never has that many rows
-(DecodeSettings bounds the draft length).
+(engine.settings.MAX_DRAFT_LENGTH bounds the draft length).
 """
 from __future__ import annotations
 
 import logging
 
+from engine.settings import MAX_DRAFT_LENGTH
 from kernels import attention
 
 log = logging.getLogger(__name__)
 
 NAME = "tandem_batch_invariant"
 PREFILL_ROWS = 64
+assert MAX_DRAFT_LENGTH + 1 <= PREFILL_ROWS, "verification must stay on the batch-invariant kernel"
 _ARCHITECTURES = {"qwen2", "llama", "mistral"}
 
 

@@ -25,6 +25,11 @@ DEFAULT_DRAFT_VOCAB = 32768
 # at 0 vs 1.73x at 0.4, better or equal on every prompt where the drafts differed.
 DEFAULT_MIN_CONFIDENCE = 0.4
 
+# Longest draft a request may ask for. Verification then covers at most 33 rows, within the
+# batch-invariant attention's reach (engine.invariant_attention.PREFILL_ROWS), and far past any
+# length that pays: the adaptive choice rarely goes beyond 8.
+MAX_DRAFT_LENGTH = 32
+
 
 @dataclass(frozen=True)
 class DecodeSettings:
@@ -53,10 +58,10 @@ class DecodeSettings:
             raise ValueError("top_p must be in (0, 1]")
         if self.max_new_tokens < 1:
             raise ValueError("max_new_tokens must be at least 1")
-        if self.draft_length is not None and self.draft_length < 0:
-            raise ValueError("draft_length must be >= 0")
-        if self.max_draft_length < 1:
-            raise ValueError("max_draft_length must be >= 1")
+        if self.draft_length is not None and not 0 <= self.draft_length <= MAX_DRAFT_LENGTH:
+            raise ValueError(f"draft_length must be between 0 and {MAX_DRAFT_LENGTH}")
+        if not 1 <= self.max_draft_length <= MAX_DRAFT_LENGTH:
+            raise ValueError(f"max_draft_length must be between 1 and {MAX_DRAFT_LENGTH}")
 
 
 @dataclass(frozen=True)

@@ -207,3 +207,15 @@ def test_drafter_options_carry_the_confidence_cut_to_the_drafter():
     assert 0 < DrafterOptions().min_confidence == DEFAULT_MIN_CONFIDENCE < 1
     with pytest.raises(ValueError, match="min_confidence"):
         DrafterOptions(min_confidence=1.0)
+
+
+def test_draft_lengths_are_bounded():
+    from engine.settings import MAX_DRAFT_LENGTH
+
+    DecodeSettings(draft_length=MAX_DRAFT_LENGTH, max_draft_length=MAX_DRAFT_LENGTH)
+    with pytest.raises(ValueError, match="draft_length must be between 0 and"):
+        DecodeSettings(draft_length=MAX_DRAFT_LENGTH + 1)
+    with pytest.raises(ValueError, match="draft_length must be between 0 and"):
+        DecodeSettings(draft_length=-1)
+    with pytest.raises(ValueError, match="max_draft_length must be between 1 and"):
+        DecodeSettings(max_draft_length=0)
