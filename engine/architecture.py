@@ -242,3 +242,17 @@ def estimate_params(arch: Architecture, config: dict | None = None) -> int:
     per_layer = 2 * h * q + 2 * h * kv + mlp + 2 * h
     embeddings = v * h * (1 if arch.tie_word_embeddings else 2)
     return embeddings + n * per_layer + h
+
+
+# Llama-shaped decoders whose every layer attends to the whole causal context.
+PLAIN_CAUSAL_ARCHITECTURES = frozenset({"qwen2", "llama", "mistral"})
+
+
+def plain_causal_reason(config) -> str | None:
+    """None when a transformers config (the object) describes a Llama-shaped decoder with full
+    causal attention in every layer, which our CPU kernels assume; otherwise why not."""
+    if config.model_type not in PLAIN_CAUSAL_ARCHITECTURES:
+        return f"architecture {config.model_type!r}"
+    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
+        return "sliding-window attention"
+    return None

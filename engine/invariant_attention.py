@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from engine.architecture import plain_causal_reason
 from engine.settings import MAX_DRAFT_LENGTH
 from kernels import attention
 
@@ -23,7 +24,6 @@ log = logging.getLogger(__name__)
 NAME = "tandem_batch_invariant"
 PREFILL_ROWS = 64
 assert MAX_DRAFT_LENGTH + 1 <= PREFILL_ROWS, "verification must stay on the batch-invariant kernel"
-_ARCHITECTURES = {"qwen2", "llama", "mistral"}
 
 
 def _attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs):
@@ -36,11 +36,9 @@ def _attention(module, query, key, value, attention_mask, dropout: float = 0.0, 
 
 
 def unsupported_reason(model) -> str | None:
-    config = model.config
-    if config.model_type not in _ARCHITECTURES:
-        return f"architecture {config.model_type!r}"
-    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
-        return "sliding-window attention"
+    reason = plain_causal_reason(model.config)
+    if reason is not None:
+        return reason
     if next(model.parameters()).device.type != "cpu":
         return "not on the CPU"
     if attention.fast_backend() is None:

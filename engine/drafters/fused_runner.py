@@ -11,14 +11,13 @@ import logging
 
 import torch
 
+from engine.architecture import plain_causal_reason
 from engine.quantize import Int8Linear
 from engine.runner import ContextTooLong
 from kernels import draft_decoder
 from kernels.draft_decoder.reference import rms_norm
 
 log = logging.getLogger(__name__)
-
-_ARCHITECTURES = {"qwen2", "llama", "mistral"}
 
 
 def _layer_parts(layer):
@@ -40,10 +39,9 @@ def worth_using(model) -> bool:
 def unsupported_reason(model) -> str | None:
     """None when FusedRunner can run ``model``, else why not."""
     config = model.config
-    if config.model_type not in _ARCHITECTURES:
-        return f"architecture {config.model_type!r}"
-    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
-        return "sliding-window attention"
+    reason = plain_causal_reason(config)
+    if reason is not None:
+        return reason
     if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
         return "MLP is not a bias-free SwiGLU"
     rotary = getattr(model.get_decoder(), "rotary_emb", None)

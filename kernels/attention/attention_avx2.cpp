@@ -23,27 +23,7 @@ inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const at::BFloat16* p) { return tandem_avx2::load_bf16x8(reinterpret_cast<const uint16_t*>(p)); }
 using tandem_avx2::hsum;
 
-// exp for 8 floats (Cephes' polynomial, as in avx_mathfun): about 1 ulp, deterministic, and
-// several times faster than scalar std::exp over every score.
-inline __m256 exp8(__m256 x) {
-  const __m256 one = _mm256_set1_ps(1.0f);
-  x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
-  x = _mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f));
-  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
-  fx = _mm256_floor_ps(fx);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  const __m256 z = _mm256_mul_ps(x, x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  y = _mm256_fmadd_ps(y, z, _mm256_add_ps(x, one));
-  const __m256i n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(0x7f)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(n));
-}
+using tandem_avx2::exp256;
 
 // q [Q, H, D] rows, k/v [KVH, L, D] with strides, out [Q, H, D]; D a multiple of 8.
 template <typename T>
@@ -75,7 +55,7 @@ void attend(const T* q, int64_t q_row, int64_t q_head, const T* k, const T* v, i
       const __m256 mv = _mm256_set1_ps(m);
       __m256 sum8 = _mm256_setzero_ps();
       for (int64_t j = 0; j < padded; j += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores.data() + j), mv));
+        const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(scores.data() + j), mv));
         _mm256_storeu_ps(scores.data() + j, e);
         sum8 = _mm256_add_ps(sum8, e);
       }

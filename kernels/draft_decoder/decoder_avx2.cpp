@@ -13,24 +13,7 @@ namespace {
 using tandem_int8::hsum;
 using tandem_int8::linear_into;
 
-// exp for the softmax, AVX2 (Cephes-style range reduction + degree-5 polynomial, ~1 ulp).
-inline __m256 exp256(__m256 x) {
-  x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
-  x = _mm256_max_ps(x, _mm256_set1_ps(-88.3762626647949f));
-  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
-  fx = _mm256_floor_ps(fx);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
+using tandem_avx2::exp256;
 
 void rms_norm(const float* x, const float* w, float* out, int64_t M, int64_t H, float eps) {
   for (int64_t m = 0; m < M; ++m) {
