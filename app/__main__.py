@@ -30,8 +30,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tab", choices=sorted(TABS), help="show this tab")
     p.add_argument("--target", type=Path, help="load this model folder instead of the default pair")
     p.add_argument("--drafter", type=Path, help="draft model folder to go with --target")
-    p.add_argument("--precision", choices=["fast", "exact", "int8"],
-                   help="fast (bf16), exact (fp32) or int8 (quantized target weights: smaller, slightly different output)")
+    p.add_argument("--precision", choices=["fast", "exact", "int8", "int4"],
+                   help="fast (bf16), exact (fp32), int8 or int4 (quantized target weights: smaller and faster, different output)")
     p.add_argument("--max-new-tokens", type=int, help="reply length for --demo / --chat")
     p.add_argument("--timeout", type=float, default=1800, help="give up on --screenshot after this many seconds")
     p.add_argument("--self-test", nargs="?", const=True, type=Path, metavar="OUT.png",

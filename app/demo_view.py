@@ -70,13 +70,16 @@ class DecodeControls(QWidget):
         self.precision.addItem("Fast (bf16)", "fast")
         self.precision.addItem("Exact (fp32)", "exact")
         self.precision.addItem("Quantized (int8, smaller, slightly different output)", "int8")
+        self.precision.addItem("Quantized (int4, smallest and fastest, output further from bf16)", "int4")
         self.precision.setToolTip(
             "Exact: float32, speculation is token-identical to plain decoding.\n"
             "Fast: bfloat16; on a CPU with the compiled kernels speculation is token-identical here too\n"
             "(elsewhere a multi-token check can flip a near-tie: any difference is shown and explained).\n"
             "Quantized: the model's weights rounded to int8 (half of bf16's memory, faster on a CPU). This changes\n"
             "the model's output slightly compared with bf16; speculation on top of it stays token-identical to\n"
-            "plain decoding of the same quantized model. The first load converts the weights (once, then cached)."
+            "plain decoding of the same quantized model. The first load converts the weights (once, then cached).\n"
+            "int4: 4-bit weights, and each layer rounds its inputs to int8 (llama.cpp's Q4 recipe): about a\n"
+            "third of bf16's memory and the fastest on a CPU, with output further from bf16 than int8's."
         )
         self.max_new_tokens = QSpinBox()
         self.max_new_tokens.setRange(1, 4096)

@@ -323,7 +323,7 @@ class MainWindow(QMainWindow):
             drafter = f" + {loaded.drafter} drafting"
         else:
             drafter = " (drafting with its MTP layers)" if loaded.drafter_kind == "mtp" else " (prompt-lookup drafting)"
-        mode = {"fast": "fast, bf16", "exact": "exact, fp32", "int8": "quantized, int8"}.get(loaded.precision, loaded.precision)
+        mode = {"fast": "fast, bf16", "exact": "exact, fp32", "int8": "quantized, int8", "int4": "quantized, int4"}.get(loaded.precision, loaded.precision)
         self.model_label.setText(f"{loaded.target}{drafter} · {mode} · {loaded.device}")
         self.statusBar().showMessage(f"Loaded in {loaded.seconds:.1f} s", 8000)
         self.demo.controls.set_precision(loaded.precision)

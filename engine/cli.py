@@ -48,11 +48,12 @@ def _session(args, need_drafter=True):
 def cmd_setup(args) -> int:
     default_model_paths(None, None)
     from engine import default_pair
-    from kernels import attention, draft_decoder, linear, quant_linear
+    from kernels import attention, draft_decoder, int4_linear, linear, quant_linear
 
     # Compiles them once, now, rather than on the first request (or inside a timed test).
     print("CPU kernels: linear", ", ".join(linear.available_backends()), "| int8 linear", ", ".join(quant_linear.available_backends()),
-          "| int8 drafter layer", ", ".join(draft_decoder.available_backends()), "| attention", ", ".join(attention.available_backends()))
+          "| int8 drafter layer", ", ".join(draft_decoder.available_backends()), "| attention", ", ".join(attention.available_backends()),
+          "| int4 linear", ", ".join(int4_linear.available_backends()))
     print("default model pair ready:", *default_pair.installed_paths(), sep="\n  ")
     return 0
 
@@ -255,10 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def model_options(p):
-        p.add_argument("--precision", choices=["exact", "fast", "int8"], default="fast",
-                       help="exact: fp32, greedy output token-identical; fast: bf16; int8: the target's weights"
-                            " quantized (smaller, faster on a CPU, output slightly different from bf16; speculation"
-                            " stays token-identical to plain decoding of the int8 target)")
+        p.add_argument("--precision", choices=["exact", "fast", "int8", "int4"], default="fast",
+                       help="exact: fp32, greedy output token-identical; fast: bf16; int8 / int4: the target's weights"
+                            " quantized (smaller, faster on a CPU, output different from bf16, int4 more so: its layers"
+                            " also round their inputs to int8, as llama.cpp's Q4 formats do; speculation stays"
+                            " token-identical to plain decoding of the quantized target)")
         p.add_argument("--target", help="model folder (default: the offline Qwen2.5-Coder 1.5B)")
         p.add_argument("--drafter-model", help="draft model folder, or a Gemma 4 -assistant folder for a Gemma 4"
                                                " target (default: Qwen2.5-Coder 0.5B)")
@@ -299,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--category", action="append", help="only prompts of this category (repeatable)")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' generate reference runs")
     p.add_argument("--no-agreement", action="store_true", help="skip the teacher-forced drafter agreement")
-    p.add_argument("--baseline-precision", choices=["exact", "fast", "int8"],
+    p.add_argument("--baseline-precision", choices=["exact", "fast", "int8", "int4"],
                    help="also time plain decoding of the same prompts at this precision, in the same run (e.g."
                         " --precision int8 --baseline-precision fast: what quantizing the target buys)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")

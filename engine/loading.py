@@ -13,7 +13,8 @@ from engine.fast_linear import accelerate_linears
 from engine.invariant_attention import use_batch_invariant_attention
 from engine import int8_cache
 from engine.placement import check_fits, dtype_for, pick_device, weights_name  # noqa: F401  (pick_device, dtype_for: re-exported)
-from engine.quantize import int8_available, to_int8_drafter, to_int8_target
+from engine.quantize import int8_available, to_int4_target, to_int8_drafter, to_int8_target
+from kernels.int4_linear.reference import supports as int4_supports
 from engine.settings import Precision
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,8 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     """Load a model folder. ``fast_kernels`` routes bf16 CPU linears through kernels.linear;
     ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". ``weights``
     ("int8", "bf16", "fp32"; drafters only) overrides the dtype the precision mode implies.
-    Precision "int8" quantizes a target's linear layers (LM head included) on the first load
-    and reads them from engine.int8_cache afterwards.
+    Precision "int8" / "int4" quantizes a target's linear layers (LM head included) on the first
+    load and reads them from engine.int8_cache afterwards.
     Drafters that ship no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False``.
     ``check_memory``: on a GPU, refuse with ``placement.DoesNotFit`` when the model would not fit
     its free memory (the CPU is never checked)."""
@@ -64,23 +65,25 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     dtype = dtype_for(precision, dev)
     if check_memory and dev.type != "cpu":
         check_fits(path, None, dtype, dev, weights=weights_name(precision, dev) if role == "target" else None)
-    if precision == "int8" and role == "target":
-        weights = "int8"
+    if precision in ("int8", "int4") and role == "target":
+        if dev.type != "cpu":  # the int8 / int4 kernels read host memory
+            raise ValueError(f"precision {precision} runs on the CPU only; choose fast or exact on {dev.type}")
+        weights = precision
     if weights in ("bf16", "fp32"):
         dtype = torch.bfloat16 if weights == "bf16" else torch.float32
     start = time.perf_counter()
     # int8 is quantized from the checkpoint's bf16 weights (loading fp32 first would only cost
     # time and memory: the values are the same).
-    load_dtype = torch.bfloat16 if weights == "int8" else dtype
+    load_dtype = torch.bfloat16 if weights in ("int8", "int4") else dtype
     model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype).to(dev).eval()
     from_cache = False
-    if weights == "int8" and role == "target":
-        from_cache = _to_int8_target(model, path)
+    if weights in ("int8", "int4") and role == "target":
+        from_cache = _to_quantized_target(model, path, weights)
         dtype = torch.float32  # activations
     elif weights == "int8":
         to_int8_drafter(model)
         dtype = torch.float32  # activations
-    if weights == "int8":
+    if weights in ("int8", "int4"):
         release_freed_memory()
     elif fast_kernels:
         accelerate_linears(model, batch_invariant=role == "target")
@@ -107,29 +110,34 @@ def release_freed_memory() -> None:
             pass
 
 
-def _to_int8_target(model: torch.nn.Module, path: Path) -> bool:
-    """Quantize a target in place, from the int8 cache when it holds this model's layers
-    (returns True then), else from its weights, caching the result."""
-    cached = int8_cache.load(path)
-    if cached is not None and not _cache_fits(model, cached):
-        log.warning("int8 cache of %s does not match the model; converting again", path.name)
+def _to_quantized_target(model: torch.nn.Module, path: Path, kind: str) -> bool:
+    """Quantize a target in place to ``kind`` ("int8", "int4"), from the cache when it holds
+    this model's layers (returns True then), else from its weights, caching the result."""
+    cached = int8_cache.load(path, kind)
+    if cached is not None and not _cache_fits(model, cached, kind):
+        log.warning("%s cache of %s does not match the model; converting again", kind, path.name)
         cached = None
-    held = to_int8_target(model, cached)
+    held = (to_int8_target if kind == "int8" else to_int4_target)(model, cached)
     if cached is not None:
         return True
     try:
-        int8_cache.save(path, held)
+        int8_cache.save(path, held, kind)
     except OSError as exc:  # read-only or full cache dir: the model still runs
-        log.warning("could not cache the int8 weights of %s (%s)", path.name, exc)
+        log.warning("could not cache the %s weights of %s (%s)", kind, path.name, exc)
     return False
 
 
-def _cache_fits(model: torch.nn.Module, cached: dict[str, torch.Tensor]) -> bool:
+def _cache_fits(model: torch.nn.Module, cached: dict[str, torch.Tensor], kind: str = "int8") -> bool:
     linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-    return len(cached) == 2 * len(linears) and all(
-        f"{name}.q" in cached and cached[f"{name}.q"].shape == m.weight.shape and cached[f"{name}.q"].dtype == torch.int8
-        for name, m in linears.items()
-    )
+
+    def held(name: str, m: torch.nn.Linear) -> bool:
+        if kind == "int4" and f"{name}.packed" in cached:
+            n, k = m.weight.shape
+            return cached[f"{name}.packed"].shape == (n // 4, k // 32, 4, 16) and f"{name}.offset" in cached
+        return f"{name}.q" in cached and cached[f"{name}.q"].shape == m.weight.shape and cached[f"{name}.q"].dtype == torch.int8
+
+    expected = sum(3 if kind == "int4" and int4_supports(*m.weight.shape) else 2 for m in linears.values())
+    return len(cached) == expected and all(held(name, m) for name, m in linears.items())
 
 
 def drafter_weights(requested: str, precision: Precision, device: str = "auto") -> str:

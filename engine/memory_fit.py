@@ -5,7 +5,8 @@ An estimate has four parts (bytes):
     weights    target parameters x bytes per parameter of the precision, less what need not stay
                resident (an untied input embedding memory-mapped on the CPU: STORED_PRECISION);
                "int8" is the engine's int8 target: every linear layer and the LM head int8 with
-               fp32 row scales, the input embedding left at bf16 (int8_target_bytes)
+               fp32 row scales, the input embedding left at bf16 (int8_target_bytes); "int4"
+               its int4 target, 5.5 bits per linear weight (int4_target_bytes)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
                per token, sliding-window layers holding at most their window
     drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" is the engine's
@@ -73,8 +74,8 @@ DEFAULT_CONTEXT = 4096
 
 def dtype_bytes(precision: str) -> float:
     """Bytes per activation / K/V element. The engine's int8 target computes and caches in fp32
-    (engine.quantize.to_int8_target); other quantized weights are budgeted at 16 bits."""
-    return 4.0 if canonical_precision(precision) in ("fp32", "int8") else 2.0
+    (engine.quantize.to_int8_target), and so does its int4 one."""
+    return 4.0 if canonical_precision(precision) in ("fp32", "int8", "int4") else 2.0
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,21 @@ def int8_target_bytes(params: int, arch: Architecture | None, device: Device) ->
     return total
 
 
+def int4_target_bytes(params: int, arch: Architecture | None, device: Device) -> int:
+    """Resident bytes of the engine's int4 target (engine/quantize.py ``to_int4_target``): every
+    linear layer, the LM head included, at half a byte per weight plus an fp32 scale and an fp16
+    offset per 32 (5.5 bits in all); the input embedding as for int8."""
+    if arch is None:
+        return math.ceil(params * 5.5 / 8)
+    table = arch.vocab_size * arch.hidden_size
+    tables = 1 if arch.tie_word_embeddings else 2
+    linear = max(0, params - tables * table) + table
+    total = math.ceil(linear * 5.5 / 8)
+    if device != "cpu":
+        total += weight_bytes(table, STORED_PRECISION)
+    return total
+
+
 def int8_drafter_bytes(params: int, arch: Architecture | None, device: Device) -> int:
     """Resident bytes of the engine's int8 drafter (engine/quantize.py): the decoder layers'
     linears as int8 with fp32 row scales, the embedding and LM head left at bf16 (the head's
@@ -222,6 +238,8 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     target = entry.target_arch
     if precision == "int8":
         weights = int8_target_bytes(entry.target_params, target, device)
+    elif precision == "int4" and device == "cpu":  # the engine's int4 target (a CPU kernel)
+        weights = int4_target_bytes(entry.target_params, target, device)
     else:
         weights = resident_weight_bytes(entry.target_params, target, precision, device)
     kv = target.kv_bytes(context, a)

@@ -24,7 +24,7 @@ import torch
 
 from kernels import linear as linear_kernels
 from kernels.linear.packing import can_pack, pack
-from kernels import quant_linear
+from kernels import int4_linear, quant_linear
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,35 @@ class Int8Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8"
+
+
+class Int4Linear(torch.nn.Module):
+    """Drop-in for nn.Linear holding int4 weights (kernels/int4_linear: a scale and an offset
+    per 32 weights, rows in panels of 4); its inputs are quantized to int8 per 32 values inside
+    the kernel. Only for shapes ``int4_linear.reference.supports`` (others stay int8)."""
+
+    def __init__(self, linear: torch.nn.Linear,
+                 quantized: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
+        super().__init__()
+        packed, scale, offset = quantized if quantized is not None else int4_linear.quantize(linear.weight.detach())
+        n, k = linear.out_features, linear.in_features
+        if packed.shape != (n // 4, k // 32, 4, 16) or offset.shape != (n, k // 32):
+            raise ValueError(f"int4 weights {tuple(packed.shape)} do not match the layer {tuple(linear.weight.shape)}")
+        self.in_features, self.out_features = k, n
+        self.register_buffer("packed", packed)
+        self.register_buffer("scale", scale)
+        self.register_buffer("offset", offset)
+        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return int4_linear.linear(x, self.packed, self.scale, self.offset, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, int4"
+
+
+def int4_available() -> bool:
+    return int4_linear.fast_backend() is not None
 
 
 def int8_available() -> bool:
@@ -118,6 +147,41 @@ def to_int8_target(model: torch.nn.Module, quantized: dict[str, torch.Tensor] | 
     loaded (bf16, memory-mapped: a lookup reads one row). ``quantized``: int8 weights from an
     earlier conversion (engine.int8_cache). Returns the int8 weights, to cache."""
     held = quantize_linears(model, include_head=True, quantized=quantized)
+    _fp32_activations(model, {id(model.get_input_embeddings().weight)})
+    return held
+
+
+def quantize_linears_int4(model: torch.nn.Module, quantized: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Replace every nn.Linear of ``model``, the LM head included, with an Int4Linear, or an
+    Int8Linear where int4 cannot hold its shape, in place. ``quantized``: ``{name}.packed`` /
+    ``.scale`` / ``.offset`` (int4) or ``{name}.q`` / ``.scale`` (int8) from a cache. Returns
+    the quantized tensors of every replaced layer, by those keys."""
+    start = time.perf_counter()
+    quantized = quantized or {}
+    held = {}
+    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    for name, module in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        if int4_linear.reference.supports(module.out_features, module.in_features):
+            cached = tuple(quantized[f"{name}.{k}"] for k in ("packed", "scale", "offset")) if f"{name}.packed" in quantized else None
+            layer = Int4Linear(module, cached)
+            held.update({f"{name}.packed": layer.packed, f"{name}.scale": layer.scale, f"{name}.offset": layer.offset})
+        else:
+            cached = (quantized[f"{name}.q"], quantized[f"{name}.scale"]) if f"{name}.q" in quantized else None
+            layer = Int8Linear(module, cached)
+            held.update({f"{name}.q": layer.q, f"{name}.scale": layer.scale})
+        setattr(parent, attr, layer)
+    log.info("int4: %d linear layers in %.1fs", len(targets), time.perf_counter() - start)
+    return held
+
+
+def to_int4_target(model: torch.nn.Module, quantized: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """As to_int8_target with int4 weights (precision "int4"): a quarter of bf16's bytes plus a
+    scale and offset per 32 weights, and inputs quantized to int8 per 32 values in each layer
+    (llama.cpp's Q4_1 x Q8_1 recipe). Lossy, chosen by the user; speculation on it stays
+    token-identical to plain decoding of the same int4 target (the kernel is batch-invariant)."""
+    held = quantize_linears_int4(model, quantized)
     _fp32_activations(model, {id(model.get_input_embeddings().weight)})
     return held
 

@@ -97,8 +97,8 @@ class Session:
     def precision(self) -> str:
         import torch
 
-        if self.target.weights == "int8":
-            return "int8"
+        if self.target.weights in ("int8", "int4"):
+            return self.target.weights
         return "exact" if self.target.dtype == torch.float32 else "fast"
 
     def encode(self, prompt: str | list[dict], chat: bool = True) -> list[int]:

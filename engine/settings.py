@@ -7,9 +7,11 @@ from typing import Literal
 Mode = Literal["greedy", "sample"]
 # exact: fp32 (greedy speculation token-identical to plain); fast: bf16/fp16; int8: the target's
 # linear weights quantized to int8 (smaller and faster on a CPU, output slightly different from
-# bf16; speculation on it stays token-identical to plain decoding of the same int8 target).
-Precision = Literal["exact", "fast", "int8"]
-PRECISIONS: tuple[str, ...] = ("exact", "fast", "int8")
+# bf16; speculation on it stays token-identical to plain decoding of the same int8 target);
+# int4: 4-bit weights with int8-quantized inputs per layer (llama.cpp's Q4_1 x Q8_1 recipe;
+# smaller and faster still, output further from bf16; speculation on it stays token-identical).
+Precision = Literal["exact", "fast", "int8", "int4"]
+PRECISIONS: tuple[str, ...] = ("exact", "fast", "int8", "int4")
 DraftHead = Literal["pruned", "full"]
 DrafterPrecision = Literal["auto", "int8", "bf16", "fp32"]
 

@@ -14,12 +14,13 @@ def cpu_supports_avx2() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
 
-def compile_avx2(name: str, source: Path, headers: tuple[Path, ...] = ()):
+def compile_avx2(name: str, source: Path, headers: tuple[Path, ...] = (), extra_cflags: tuple[str, ...] = ()):
     """The compiled module for ``source`` (plus any ``headers`` it includes, from their folders).
 
     The module name carries a digest of the checkout path and the sources: checkouts share
     torch's extension dir, and two of them under one name would rebuild each other's copy on
-    every load; a changed source gets its own build."""
+    every load; a changed source gets its own build. ``extra_cflags``: more ISA flags (-mf16c);
+    every AVX2 CPU has F16C."""
     from torch.utils.cpp_extension import load
 
     digest = hashlib.sha256(str(source).encode() + source.read_bytes() + b"".join(h.read_bytes() for h in headers))
@@ -27,7 +28,7 @@ def compile_avx2(name: str, source: Path, headers: tuple[Path, ...] = ()):
         name=f"{name}_{digest.hexdigest()[:10]}",
         sources=[str(source)],
         extra_include_paths=sorted({str(h.parent) for h in headers}),
-        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
+        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", *extra_cflags],
         extra_ldflags=["-fopenmp"],
         verbose=False,
     )

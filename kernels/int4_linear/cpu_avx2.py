@@ -1,0 +1,29 @@
+"""AVX2 + FMA + F16C backend, compiled on first use with torch's cpp_extension (cached in
+torch's extensions dir; `tandem setup` builds it ahead of time)."""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import torch
+
+from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
+
+SOURCE = Path(__file__).with_name("int4_linear_avx2.cpp")
+
+
+def available() -> bool:
+    if not cpu_supports_avx2():
+        return False
+    _module()
+    return True
+
+
+@functools.cache
+def _module():
+    return compile_avx2("tandem_int4_linear_avx2", SOURCE, (COMMON,), ("-mf16c",))
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+           bias: torch.Tensor | None = None) -> torch.Tensor:
+    return _module().linear_int4w(x, packed, scale, offset, bias)
