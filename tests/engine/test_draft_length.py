@@ -30,11 +30,12 @@ def test_speculation_switches_off_when_it_cannot_pay():
 
 
 def test_switched_off_speculation_probes_again_and_comes_back():
-    ctrl = feed(DraftLengthController(max_k=8, probe_every=4), 30, 0.2, 1.0, 0.6, 1.0)
+    # Costs that would pay at high acceptance; the text is unpredictable at first.
+    ctrl = feed(DraftLengthController(max_k=8, probe_every=4), 30, 0.2, 1.0, 0.1, 0.3)
     assert ctrl.next_k() == 0
-    # The text became predictable and drafting cheap: probes notice, speculation resumes (after
-    # a few probes: one rejected probe backs off, and a probe must show a clear gain).
-    feed(ctrl, 80, 0.98, 1.0, 0.05, 0.05)
+    # The text became predictable: probes notice, speculation resumes (after a few probes: one
+    # rejected probe backs off, and a probe must show a clear gain).
+    feed(ctrl, 80, 0.98, 1.0, 0.1, 0.3)
     assert ctrl.next_k() >= 2
 
 
@@ -76,3 +77,22 @@ def test_a_probe_must_show_a_clear_gain_to_resume():
         ctrl.record(k, n, 1.0 + 0.45 * k, 0.5 * k, requested=k)
     assert ctrl.expected_speedup(1) < 1.05
     assert ctrl.next_k() == 0
+
+
+def test_accepted_probes_that_do_not_pay_back_off_too():
+    """A probe whose token is accepted but whose costs still rule speculation out (an int4
+    target: wide verification is dear) must not recur every probe_every tokens: each one costs
+    the drafter's catch-up over every token since the last."""
+    ctrl = DraftLengthController(max_k=4, probe_every=4, max_probe_every=32, resume_margin=1.05)
+    ctrl.record(0, 0, 1.0, 0.0, requested=0)
+    probes = []
+    for step in range(200):
+        k = ctrl.next_k()
+        probes.append(k)
+        # Every probe accepted, yet drafting (with its catch-up) costs more than a target step:
+        # no k breaks even.
+        ctrl.record(k, k, 1.0 + 0.6 * k, 1.2 * k, requested=k)
+    gaps = [i for i, k in enumerate(probes) if k]
+    waits = [b - a for a, b in zip(gaps, gaps[1:])]
+    assert waits == sorted(waits) and waits[-1] == 33
+    assert len(gaps) <= 10
