@@ -13,7 +13,7 @@ from engine.fast_linear import accelerate_linears
 from engine.invariant_attention import use_batch_invariant_attention
 from engine import int8_cache
 from engine.placement import check_fits, dtype_for, pick_device, weights_name  # noqa: F401  (pick_device, dtype_for: re-exported)
-from engine.quantize import int8_available, to_int4_target, to_int8_drafter, to_int8_target
+from engine.quantize import int8_available, to_int4_drafter, to_int4_target, to_int8_drafter, to_int8_target
 from kernels.int4_linear.reference import supports as int4_supports
 from engine.settings import Precision
 
@@ -48,7 +48,7 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
                check_memory: bool = True) -> LoadedModel:
     """Load a model folder. ``fast_kernels`` routes bf16 CPU linears through kernels.linear;
     ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". ``weights``
-    ("int8", "bf16", "fp32"; drafters only) overrides the dtype the precision mode implies.
+    ("int8", "int4", "bf16", "fp32"; drafters only) overrides the dtype the precision mode implies.
     Precision "int8" / "int4" quantizes a target's linear layers (LM head included) on the first
     load and reads them from engine.int8_cache afterwards.
     Drafters that ship no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False``.
@@ -83,6 +83,9 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     elif weights == "int8":
         to_int8_drafter(model)
         dtype = torch.float32  # activations
+    elif weights == "int4":
+        to_int4_drafter(model)
+        dtype = torch.float32
     if weights in ("int8", "int4"):
         release_freed_memory()
     elif fast_kernels:

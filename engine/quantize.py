@@ -186,6 +186,28 @@ def to_int4_target(model: torch.nn.Module, quantized: dict[str, torch.Tensor] | 
     return held
 
 
+def to_int4_drafter(model: torch.nn.Module) -> torch.nn.Module:
+    """As to_int8_drafter with int4 decoder layers (Int4Linear where the shape allows, else
+    Int8Linear); the LM head is left for the drafter's reduced head, as there. A drafter's
+    precision changes what it proposes, never what the target accepts."""
+    start = time.perf_counter()
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    for name, module in list(model.named_modules()):
+        if not isinstance(module, torch.nn.Linear) or module is head:
+            continue
+        parent_name, _, attr = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        fits = int4_linear.reference.supports(module.out_features, module.in_features)
+        setattr(parent, attr, Int4Linear(module) if fits else Int8Linear(module))
+    log.info("int4 drafter layers in %.1fs", time.perf_counter() - start)
+    embed = model.get_input_embeddings()
+    keep = {id(embed.weight)} | ({id(head.weight)} if head is not None else set())
+    _fp32_activations(model, keep)
+    if head is not None:
+        head.forward = types.MethodType(_head_any_input, head)
+    return model
+
+
 def to_int8_drafter(model: torch.nn.Module) -> torch.nn.Module:
     """Turn a loaded (bf16 or fp32) drafter into an int8-weight one computing in fp32, in place.
 

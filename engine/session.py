@@ -33,7 +33,7 @@ def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | N
     """The head a draft model drafts from: None keeps the model's own (full, same precision)."""
     from engine.draft_vocab import load_subset
 
-    int8 = drafter.weights == "int8"
+    int8 = drafter.weights in ("int8", "int4")  # a quantized drafter keeps int8 head rows
     if options.head == "full" and not int8:
         return None
     ids = load_subset(drafter.tokenizer, options.vocab_size) if options.head == "pruned" else None

@@ -13,7 +13,7 @@ Mode = Literal["greedy", "sample"]
 Precision = Literal["exact", "fast", "int8", "int4"]
 PRECISIONS: tuple[str, ...] = ("exact", "fast", "int8", "int4")
 DraftHead = Literal["pruned", "full"]
-DrafterPrecision = Literal["auto", "int8", "bf16", "fp32"]
+DrafterPrecision = Literal["auto", "int8", "int4", "bf16", "fp32"]
 
 # Tokens kept by a pruned drafter head. Measured on the default pair (teacher-forced greedy
 # agreement with the target's own outputs on the bench prompts, int8 drafter): full head 0.877;
@@ -73,7 +73,7 @@ class DrafterOptions:
 
     head "pruned" scores only ``vocab_size`` frequent tokens (engine.draft_vocab) plus the
     request's own tokens; "full" scores the whole vocabulary. precision "auto" is int8 weights
-    where a fast int8 kernel runs (CPU), else the target's dtype; "int8", "bf16", "fp32" force one.
+    where a fast int8 kernel runs (CPU), else the target's dtype; "int8", "int4", "bf16", "fp32" force one.
     ``min_confidence``: a draft stops early once the drafter's own probability of its next token
     falls below this (0 drafts the full length the controller asks for).
     ``lookup``: let prompt lookup draft instead of the model where the request copies itself
@@ -89,8 +89,8 @@ class DrafterOptions:
     def __post_init__(self) -> None:
         if self.head not in ("pruned", "full"):
             raise ValueError(f"drafter head must be 'pruned' or 'full', not {self.head!r}")
-        if self.precision not in ("auto", "int8", "bf16", "fp32"):
-            raise ValueError(f"drafter precision must be auto, int8, bf16 or fp32, not {self.precision!r}")
+        if self.precision not in ("auto", "int8", "int4", "bf16", "fp32"):
+            raise ValueError(f"drafter precision must be auto, int8, int4, bf16 or fp32, not {self.precision!r}")
         if self.vocab_size < 1:
             raise ValueError("vocab_size must be >= 1")
         if not 0 <= self.min_confidence < 1:

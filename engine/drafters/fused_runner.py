@@ -12,7 +12,7 @@ import logging
 import torch
 
 from engine.architecture import plain_causal_reason
-from engine.quantize import Int8Linear
+from engine.quantize import Int4Linear, Int8Linear
 from engine.runner import ContextTooLong
 from kernels import draft_decoder
 from kernels.draft_decoder.reference import rms_norm
@@ -50,8 +50,8 @@ def unsupported_reason(model) -> str | None:
     try:
         for layer in model.get_decoder().layers:
             parts = _layer_parts(layer)
-            if not all(isinstance(p, Int8Linear) for p in parts):
-                return "linear layers are not int8"
+            if not all(isinstance(p, (Int8Linear, Int4Linear)) for p in parts):
+                return "linear layers are not int8 / int4"
             if any(p.bias is not None for p in parts[4:]):
                 return "MLP has biases"
     except AttributeError as exc:
@@ -77,15 +77,20 @@ class FusedRunner:
         self.rope_scale = float(getattr(decoder.rotary_emb, "attention_scaling", 1.0))
         self.layers = []
         for layer in decoder.layers:
-            q, k, v, o, g, u, d = _layer_parts(layer)
+            parts = _layer_parts(layer)
+            q, k, v, o, g, u, d = parts
             bias = lambda p: None if p.bias is None else p.bias.float()  # noqa: E731
+            w = lambda p: p.packed if isinstance(p, Int4Linear) else p.q  # noqa: E731
+            # int4 layers' offsets; int8 layers need none (an empty tensor marks them).
+            offsets = [p.offset if isinstance(p, Int4Linear) else torch.empty(0) for p in parts]
             self.layers.append((
                 layer.input_layernorm.weight.float(),
-                q.q, q.scale, bias(q), k.q, k.scale, bias(k), v.q, v.scale, bias(v), o.q, o.scale, bias(o),
+                w(q), q.scale, bias(q), w(k), k.scale, bias(k), w(v), v.scale, bias(v), w(o), o.scale, bias(o),
                 layer.post_attention_layernorm.weight.float(),
-                g.q, g.scale, u.q, u.scale, d.q, d.scale,
+                w(g), g.scale, w(u), u.scale, w(d), d.scale,
+                offsets if any(isinstance(p, Int4Linear) for p in parts) else [],
             ))
-        self.head_dim = self.layers[0][2].numel() // self.n_heads  # q_proj's scale: one per output
+        self.head_dim = decoder.layers[0].self_attn.q_proj.out_features // self.n_heads
         self._capacity = initial_capacity
         self._alloc(initial_capacity)
         self.reset()
@@ -121,7 +126,9 @@ class FusedRunner:
         cos = (angles.cos() * self.rope_scale).contiguous()
         sin = (angles.sin() * self.rope_scale).contiguous()
         for i, weights in enumerate(self.layers):
-            draft_decoder.decoder_layer(x, *weights, self.k[i], self.v[i], cos, sin, self.length, self.n_heads, self.n_kv, self.eps)
+            *layer, offsets = weights
+            draft_decoder.decoder_layer(x, *layer, self.k[i], self.v[i], cos, sin, self.length, self.n_heads, self.n_kv, self.eps,
+                                        offsets)
         self.length = end
         return rms_norm(x[-n_last:], self.final_norm, self.eps)
 

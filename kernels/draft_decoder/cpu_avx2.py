@@ -1,4 +1,5 @@
-"""AVX2 + FMA backend, compiled on first use (it shares kernels/quant_linear's int8 tiling)."""
+"""AVX2 + FMA backend, compiled on first use (it shares kernels/quant_linear's int8 and
+kernels/int4_linear's int4 tiles)."""
 from __future__ import annotations
 
 import functools
@@ -8,6 +9,7 @@ from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("decoder_avx2.cpp")
 HEADER = SOURCE.parent.parent / "quant_linear" / "int8_gemm.h"
+INT4_HEADER = SOURCE.parent.parent / "int4_linear" / "int4_gemm.h"
 
 
 def available() -> bool:
@@ -19,8 +21,10 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER, COMMON))
+    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER, INT4_HEADER, COMMON), ("-mf16c",))
 
 
 def decoder_layer(*args) -> None:
-    _module().decoder_layer(*args)
+    if len(args) == 29:  # no offsets: every layer is int8
+        args = (*args, [])
+    _module().decoder_layer(*args[:29], list(args[29]))

@@ -1,9 +1,10 @@
 // One pre-norm decoder layer (Llama / Qwen2 shape: RMSNorm, rotary GQA attention, SwiGLU MLP)
-// with int8 weights, for M new tokens at positions pos0 .. pos0+M-1, in one call. A drafter
+// with int8 or int4 weights, for M new tokens at positions pos0 .. pos0+M-1, in one call. A drafter
 // step is ~25 of these; run as PyTorch modules each costs ~50 small ops, whose dispatch
 // overhead is a sizeable part of a draft step once the weights are int8. The contract is
 // kernels/draft_decoder/reference.py.
 #include "int8_gemm.h"
+#include "int4_gemm.h"
 
 #include <cmath>
 #include <vector>
@@ -109,12 +110,32 @@ const float* opt_ptr(const c10::optional<torch::Tensor>& t) {
   return t.has_value() && t->defined() ? t->data_ptr<float>() : nullptr;
 }
 
-void check_int8(const torch::Tensor& w, const torch::Tensor& s, int64_t K) { tandem_int8::check_weight(w, s, K); }
+// A linear layer's weights: int8 (q, scale) in either int8 layout, or int4 (packed panels, scale
+// panels) with its offsets in ``off``.
+struct Weight {
+  const torch::Tensor& w;
+  const torch::Tensor& s;
+  const torch::Tensor* off;  // int4 offsets, or nullptr
+  bool int4() const { return w.scalar_type() == at::kByte; }
+  int64_t out_features() const { return int4() ? w.size(0) * 4 : s.numel(); }
+};
 
-// out[M, N] = h[M, K] . (w * s)^T + b, w in either int8 layout; N is the scale's length.
-void lin(const float* h, int64_t M, int64_t K, const torch::Tensor& w, const torch::Tensor& s,
-         const c10::optional<torch::Tensor>& b, float* out) {
-  tandem_int8::linear_into_any(h, M, K, w, s.data_ptr<float>(), opt_ptr(b), s.numel(), out);
+void check(const Weight& w, int64_t K) {
+  if (w.int4()) {
+    TORCH_CHECK(w.off != nullptr && w.off->defined(), "an int4 layer needs its offsets");
+    tandem_int4::check_weight(w.w, w.s, *w.off, K);
+  } else {
+    tandem_int8::check_weight(w.w, w.s, K);
+  }
+}
+
+// out[M, N] = h[M, K] . W^T + b.
+void lin(const float* h, int64_t M, int64_t K, const Weight& w, const c10::optional<torch::Tensor>& b, float* out) {
+  if (w.int4())
+    tandem_int4::linear_into(h, M, K, w.w.data_ptr<uint8_t>(), w.s.data_ptr<float>(), tandem_int4::half_ptr(*w.off),
+                             opt_ptr(b), w.out_features(), out);
+  else
+    tandem_int8::linear_into_any(h, M, K, w.w, w.s.data_ptr<float>(), opt_ptr(b), w.out_features(), out);
 }
 
 }  // namespace
@@ -130,13 +151,17 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
                    torch::Tensor wg, torch::Tensor sg, torch::Tensor wu, torch::Tensor su,
                    torch::Tensor wd, torch::Tensor sd,
                    torch::Tensor kc, torch::Tensor vc, torch::Tensor cos, torch::Tensor sin,
-                   int64_t pos0, int64_t n_heads, int64_t n_kv, double eps) {
+                   int64_t pos0, int64_t n_heads, int64_t n_kv, double eps, std::vector<torch::Tensor> offsets) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous(), "x must be [M, H] fp32");
+  TORCH_CHECK(offsets.empty() || offsets.size() == 7, "offsets: none, or one per linear layer (q, k, v, o, gate, up, down)");
+  auto off = [&](int i) -> const torch::Tensor* { return offsets.empty() ? nullptr : &offsets[i]; };
+  const Weight Wq{wq, sq, off(0)}, Wk{wk, sk, off(1)}, Wv{wv, sv, off(2)}, Wo{wo, so, off(3)};
+  const Weight Wg{wg, sg, off(4)}, Wu{wu, su, off(5)}, Wd{wd, sd, off(6)};
   const int64_t M = x.size(0), H = x.size(1);
-  const int64_t D = sq.numel() / n_heads, I = sg.numel(), cap = kc.size(1);
-  check_int8(wq, sq, H); check_int8(wk, sk, H); check_int8(wv, sv, H); check_int8(wo, so, n_heads * D);
-  check_int8(wg, sg, H); check_int8(wu, su, H); check_int8(wd, sd, I);
-  TORCH_CHECK(sk.numel() == n_kv * D && sv.numel() == n_kv * D && n_heads % n_kv == 0, "head shapes do not match");
+  const int64_t D = Wq.out_features() / n_heads, I = Wg.out_features(), cap = kc.size(1);
+  check(Wq, H); check(Wk, H); check(Wv, H); check(Wo, n_heads * D);
+  check(Wg, H); check(Wu, H); check(Wd, I);
+  TORCH_CHECK(Wk.out_features() == n_kv * D && Wv.out_features() == n_kv * D && n_heads % n_kv == 0, "head shapes do not match");
   TORCH_CHECK(kc.scalar_type() == at::kFloat && kc.is_contiguous() && vc.is_contiguous() && kc.size(0) == n_kv && kc.size(2) == D, "cache must be [n_kv, cap, D] fp32");
   TORCH_CHECK(pos0 + M <= cap, "cache too small");
   TORCH_CHECK(cos.size(0) == M && cos.size(1) == D / 2 && cos.is_contiguous() && sin.is_contiguous(), "cos/sin must be [M, D/2]");
@@ -148,9 +173,9 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
   const float fe = static_cast<float>(eps);
   std::vector<float> h(M * H), q(M * n_heads * D), k(M * n_kv * D), v(M * n_kv * D), a(M * n_heads * D), o(M * H);
   rms_norm(X, ln1.data_ptr<float>(), h.data(), M, H, fe);
-  lin(h.data(), M, H, wq, sq, bq, q.data());
-  lin(h.data(), M, H, wk, sk, bk, k.data());
-  lin(h.data(), M, H, wv, sv, bv, v.data());
+  lin(h.data(), M, H, Wq, bq, q.data());
+  lin(h.data(), M, H, Wk, bk, k.data());
+  lin(h.data(), M, H, Wv, bv, v.data());
   rope(q.data(), M, n_heads, D, cos.data_ptr<float>(), sin.data_ptr<float>());
   rope(k.data(), M, n_kv, D, cos.data_ptr<float>(), sin.data_ptr<float>());
   float* KC = kc.data_ptr<float>();
@@ -161,21 +186,21 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
       std::copy_n(v.data() + (m * n_kv + g) * D, D, VC + (g * cap + pos0 + m) * D);
     }
   attention(q.data(), KC, VC, a.data(), M, n_heads, n_kv, D, cap, pos0);
-  lin(a.data(), M, n_heads * D, wo, so, bo, o.data());
+  lin(a.data(), M, n_heads * D, Wo, bo, o.data());
   for (int64_t i = 0; i < M * H; ++i) X[i] += o[i];
 
   rms_norm(X, ln2.data_ptr<float>(), h.data(), M, H, fe);
   std::vector<float> gate(M * I), up(M * I);
   const c10::optional<torch::Tensor> none;
-  lin(h.data(), M, H, wg, sg, none, gate.data());
-  lin(h.data(), M, H, wu, su, none, up.data());
+  lin(h.data(), M, H, Wg, none, gate.data());
+  lin(h.data(), M, H, Wu, none, up.data());
   silu_mul(gate.data(), up.data(), M * I);
-  lin(gate.data(), M, I, wd, sd, none, o.data());
+  lin(gate.data(), M, I, Wd, none, o.data());
   for (int64_t i = 0; i < M * H; ++i) X[i] += o[i];
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Release the GIL while computing: the Qt window's thread must keep running during a step.
-  m.def("decoder_layer", &decoder_layer, "int8 pre-norm decoder layer (RMSNorm, rotary GQA attention, SwiGLU)",
+  m.def("decoder_layer", &decoder_layer, "int8 / int4 pre-norm decoder layer (RMSNorm, rotary GQA attention, SwiGLU)",
         py::call_guard<py::gil_scoped_release>());
 }

@@ -1,4 +1,4 @@
-r"""Specification: one pre-norm decoder layer of a Llama / Qwen2-shaped drafter, int8 weights.
+r"""Specification: one pre-norm decoder layer of a Llama / Qwen2-shaped drafter, int8 or int4 weights.
 
 For M new tokens at positions pos0 .. pos0+M-1, with x [M, H] the residual stream (fp32):
 
@@ -13,13 +13,26 @@ For M new tokens at positions pos0 .. pos0+M-1, with x [M, H] the residual strea
     x = x + lin(silu(lin(h, Wg)) * lin(h, Wu), Wd)
 
 x and the caches are updated in place. Weights are (q int8 [N, K], scale fp32 [N]) pairs as
-kernels.quant_linear makes them (q possibly packed); biases (q, k, v, o only) fp32 or None.
+kernels.quant_linear makes them (q possibly packed), or int4 (packed, scale) pairs as
+kernels.int4_linear makes them, with their offsets in ``offsets`` (one per layer: q, k, v, o,
+gate, up, down; empty when every layer is int8); biases (q, k, v, o only) fp32 or None.
 """
 from __future__ import annotations
 
 import torch
 
+from kernels.int4_linear import reference as int4
 from kernels.quant_linear import reference as int8
+
+
+def _linear(h, w, s, b=None, offset=None):
+    if w.dtype == torch.uint8:
+        return int4.linear(h, w, s, offset, b)
+    return int8.linear(h, w, s, b)
+
+
+def out_features(w: torch.Tensor, s: torch.Tensor) -> int:
+    return w.shape[0] * int4.PANEL if w.dtype == torch.uint8 else s.numel()
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -34,13 +47,14 @@ def rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 
 
 def decoder_layer(x, ln1, wq, sq, bq, wk, sk, bk, wv, sv, bv, wo, so, bo, ln2, wg, sg, wu, su, wd, sd,
-                  kc, vc, cos, sin, pos0: int, n_heads: int, n_kv: int, eps: float) -> None:
+                  kc, vc, cos, sin, pos0: int, n_heads: int, n_kv: int, eps: float, offsets=()) -> None:
+    oq, ok, ov, oo, og, ou, od = offsets or (None,) * 7
     m = x.shape[0]
-    d = sq.numel() // n_heads
+    d = out_features(wq, sq) // n_heads
     h = rms_norm(x, ln1, eps)
-    q = rope(int8.linear(h, wq, sq, bq).view(m, n_heads, d), cos, sin)
-    k = rope(int8.linear(h, wk, sk, bk).view(m, n_kv, d), cos, sin)
-    v = int8.linear(h, wv, sv, bv).view(m, n_kv, d)
+    q = rope(_linear(h, wq, sq, bq, oq).view(m, n_heads, d), cos, sin)
+    k = rope(_linear(h, wk, sk, bk, ok).view(m, n_kv, d), cos, sin)
+    v = _linear(h, wv, sv, bv, ov).view(m, n_kv, d)
     kc[:, pos0 : pos0 + m] = k.transpose(0, 1)
     vc[:, pos0 : pos0 + m] = v.transpose(0, 1)
     total = pos0 + m
@@ -49,6 +63,7 @@ def decoder_layer(x, ln1, wq, sq, bq, wk, sk, bk, wv, sv, bv, wo, so, bo, ln2, w
     scores = q.transpose(0, 1) @ keys.transpose(1, 2) / d**0.5  # [n_heads, M, T]
     future = torch.arange(total)[None, :] > (pos0 + torch.arange(m))[:, None]
     attn = scores.masked_fill(future, float("-inf")).softmax(-1) @ values  # [n_heads, M, D]
-    x += int8.linear(attn.transpose(0, 1).reshape(m, n_heads * d), wo, so, bo)
+    x += _linear(attn.transpose(0, 1).reshape(m, n_heads * d), wo, so, bo, oo)
     h = rms_norm(x, ln2, eps)
-    x += int8.linear(torch.nn.functional.silu(int8.linear(h, wg, sg)) * int8.linear(h, wu, su), wd, sd)
+    gate = torch.nn.functional.silu(_linear(h, wg, sg, offset=og))
+    x += _linear(gate * _linear(h, wu, su, offset=ou), wd, sd, offset=od)

@@ -10,6 +10,7 @@ import torch
 from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("int4_linear_avx2.cpp")
+HEADER = SOURCE.with_name("int4_gemm.h")  # the tiles, shared with kernels/draft_decoder
 
 
 def available() -> bool:
@@ -21,7 +22,7 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    return compile_avx2("tandem_int4_linear_avx2", SOURCE, (COMMON,), ("-mf16c",))
+    return compile_avx2("tandem_int4_linear_avx2", SOURCE, (HEADER, COMMON), ("-mf16c",))
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,

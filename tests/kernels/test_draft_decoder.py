@@ -82,3 +82,54 @@ def test_attention_is_causal_within_a_block(backend):
 def test_unknown_backend_is_refused():
     with pytest.raises(ValueError, match="unknown draft_decoder backend"):
         draft_decoder.use_backend("nope")
+
+
+def int4_layer(h, n_heads, n_kv, d, inter, biases, seed=0):
+    """The same layer with int4 weights: (weights..., offsets) as an int4 drafter holds them."""
+    from kernels import int4_linear
+
+    gen = torch.Generator().manual_seed(seed)
+    offsets = []
+
+    def lin(n, k, bias):
+        packed_w, scale, offset = int4_linear.quantize(torch.randn(n, k, generator=gen) / k**0.5)
+        offsets.append(offset)
+        return (packed_w, scale, torch.randn(n, generator=gen) * 0.1 if bias else None)
+
+    ln = lambda: 1 + 0.1 * torch.randn(h, generator=gen)  # noqa: E731
+    weights = (ln(), *lin(n_heads * d, h, biases), *lin(n_kv * d, h, biases), *lin(n_kv * d, h, biases),
+               *lin(h, n_heads * d, False), ln(), *lin(inter, h, False)[:2], *lin(inter, h, False)[:2],
+               *lin(h, inter, False)[:2])
+    return weights, offsets
+
+
+@pytest.mark.parametrize("n_heads,n_kv", [(4, 2), (14, 2)])
+@pytest.mark.parametrize("steps", [[1, 1, 1], [5, 1, 2], [9]])
+@pytest.mark.parametrize("biases", [True, False])
+def test_int4_layer_matches_reference(backend, n_heads, n_kv, steps, biases):
+    h, d, inter, cap = 64, 16, 96, 32
+    weights, offsets = int4_layer(h, n_heads, n_kv, d, inter, biases)
+    caches = {name: (torch.zeros(n_kv, cap, d), torch.zeros(n_kv, cap, d)) for name in ("got", "want")}
+    pos = 0
+    for i, m in enumerate(steps):
+        x = torch.randn(m, h, generator=torch.Generator().manual_seed(i))
+        cos, sin = rope_tables(pos, m, d)
+        got, want = x.clone(), x.clone()
+        draft_decoder.decoder_layer(got, *weights, *caches["got"], cos, sin, pos, n_heads, n_kv, 1e-6, offsets)
+        reference.decoder_layer(want, *weights, *caches["want"], cos, sin, pos, n_heads, n_kv, 1e-6, offsets)
+        # Each int4 layer rounds its inputs to int8: a last-bit difference upstream (attention's
+        # summation order) can move one input across a rounding boundary, a step of ~1/127 of
+        # its group's largest value.
+        assert torch.allclose(got, want, rtol=1e-2, atol=1e-2), (got - want).abs().max()
+        pos += m
+
+
+def test_an_int4_layer_without_offsets_is_refused():
+    if "cpu_avx2" not in draft_decoder.available_backends():
+        pytest.skip("no compiled kernel here")
+    from kernels.draft_decoder import cpu_avx2
+
+    weights, _ = int4_layer(64, 4, 2, 16, 96, False)
+    cos, sin = rope_tables(0, 1, 16)
+    with pytest.raises(RuntimeError, match="offsets"):
+        cpu_avx2.decoder_layer(torch.randn(1, 64), *weights, torch.zeros(2, 8, 16), torch.zeros(2, 8, 16), cos, sin, 0, 4, 2, 1e-6)

@@ -1,0 +1,173 @@
+// int4-weight linear on raw buffers, shared by the extensions that need it (kernels/int4_linear,
+// kernels/draft_decoder). int4_linear_avx2.cpp states the contract.
+#pragma once
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "avx2_common.h"
+
+namespace tandem_int4 {
+
+using tandem_avx2::hsum;
+constexpr int64_t kGroup = 32;
+
+// One input row, quantized: xq [K] int8, dx [K/32] scales, xs [K/32] exact fp32 group sums.
+struct Quantized {
+  std::vector<int8_t> q;
+  std::vector<float> d, sum;
+};
+
+// Per group: d = max|x| / 127 (1 when all zero), q = round_half_even(x / d); sum = the group's
+// fp32 sum in a fixed order.
+inline void quantize_rows(const float* X, int64_t M, int64_t K, Quantized& out) {
+  const int64_t groups = K / kGroup;
+  out.q.resize(M * K);
+  out.d.resize(M * groups);
+  out.sum.resize(M * groups);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < groups; ++g) {
+      const float* x = X + m * K + g * kGroup;
+      __m256 v[4];
+      for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
+      const __m256 amax = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
+                                        _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
+      __m128 a = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      a = _mm_max_ps(a, _mm_movehl_ps(a, a));
+      a = _mm_max_ss(a, _mm_shuffle_ps(a, a, 1));
+      float d = _mm_cvtss_f32(a) / 127.0f;
+      if (!(d > 0.0f)) d = 1.0f;
+      const __m256 dv = _mm256_set1_ps(d);
+      __m256i qi[4];
+      for (int i = 0; i < 4; ++i) qi[i] = _mm256_cvtps_epi32(_mm256_div_ps(v[i], dv));  // round half to even
+      // 32 int32 -> 32 int8 in order (packs work per 128-bit lane: permute back).
+      const __m256i w01 = _mm256_packs_epi32(qi[0], qi[1]), w23 = _mm256_packs_epi32(qi[2], qi[3]);
+      __m256i b = _mm256_packs_epi16(w01, w23);
+      b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out.q.data() + m * K + g * kGroup), b);
+      out.d[m * groups + g] = d;
+      out.sum[m * groups + g] = hsum(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
+    }
+}
+
+struct Args {
+  const int8_t* XQ;
+  const float* DX;
+  const float* XS;
+  const uint8_t* Q;  // panels [N/4][K/32][4][16]
+  const float* S;    // panels [N/4][K/32][4]
+  const uint16_t* Z;
+  const float* B;
+  float* O;
+  int64_t K, N;
+};
+
+// Weight rows 4p+r0 .. 4p+r0+NR-1 (of panel p) x input rows m .. m+MR-1. Per group a weight
+// row's 16 bytes become one register of 32 codes (the low nibbles in the low lane, the high
+// ones in the high lane, as the inputs lie), used by every input row: integer dot product, to
+// fp32, times scale * dx into the row's accumulator. The offsets are applied after the loop as
+// sum_g offset[g] * xsum[g]. A panel is one contiguous stream (4 rows interleaved per group),
+// which the hardware prefetcher follows; the first pass over it also prefetches ahead.
+template <int NR, int MR>
+inline void tile(const Args& a, int64_t m, int64_t p, int r0) {
+  const int64_t K = a.K, groups = K / kGroup;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i shift = _mm256_setr_epi64x(0, 0, 4, 4);
+  const __m256i mask = _mm256_set1_epi8(0x0F);
+  const uint8_t* q = a.Q + p * groups * 64;
+  const float* s = a.S + p * groups * 4;
+  __m256 acc[NR][MR];
+  for (int i = 0; i < NR; ++i)
+    for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < groups; ++g) {
+    if (r0 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + g * 64 + 256), _MM_HINT_T0);
+    for (int i = 0; i < NR; ++i) {
+      const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + g * 64 + (r0 + i) * 16)));
+      const __m256i codes = _mm256_and_si256(_mm256_srlv_epi64(bytes, shift), mask);
+      const __m256 scale = _mm256_broadcast_ss(s + g * 4 + r0 + i);
+      for (int j = 0; j < MR; ++j) {
+        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.XQ + (m + j) * K + g * kGroup));
+        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xq), ones);
+        const __m256 sd = _mm256_mul_ps(scale, _mm256_broadcast_ss(a.DX + (m + j) * groups + g));
+        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sd, acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < NR; ++i) {
+    const int64_t n = p * 4 + r0 + i;
+    const uint16_t* z = a.Z + n * groups;
+    for (int j = 0; j < MR; ++j) {
+      const float* xs = a.XS + (m + j) * groups;
+      __m256 off = _mm256_setzero_ps();
+      int64_t g = 0;
+      for (; g + 8 <= groups; g += 8)
+        off = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(z + g))),
+                              _mm256_loadu_ps(xs + g), off);
+      float o = hsum(off);
+      for (; g < groups; ++g) o += _cvtsh_ss(z[g]) * xs[g];
+      a.O[(m + j) * a.N + n] = hsum(acc[i][j]) + o + (a.B ? a.B[n] : 0.0f);
+    }
+  }
+}
+
+// Panel p's 4 weight rows in passes of NR (later passes find the panel in L1).
+template <int NR, int MR>
+inline void panel(const Args& a, int64_t m, int64_t p) {
+  for (int r0 = 0; r0 < 4; r0 += NR) tile<NR, MR>(a, m, p, r0);
+}
+
+// Input rows m .. m+count-1 (count 1..4): NR*MR accumulators plus the codes and the chain's
+// temporaries fit the 16 vector registers. More rows run in chunks of 4 (measured: one pass of
+// 8 rows per weight row ran slower than two of 4, with the panel in L1 for the second).
+inline void panel_rows(int64_t count, const Args& a, int64_t m, int64_t p) {
+  switch (count) {
+    case 1: panel<4, 1>(a, m, p); break;
+    case 2: panel<4, 2>(a, m, p); break;
+    case 3: panel<2, 3>(a, m, p); break;
+    default: panel<2, 4>(a, m, p); break;
+  }
+}
+
+inline void linear_into(const Args& a, int64_t M) {
+  // Split across threads only when each gets enough weights to amortize waking it (~32 KB).
+  const int64_t panel_bytes = 2 * a.K;
+  const int64_t grain = std::max<int64_t>(2, (32 << 10) / std::max<int64_t>(panel_bytes, 1));
+  at::parallel_for(0, a.N / 4, grain, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t m = 0; m < M; m += 4) panel_rows(std::min<int64_t>(4, M - m), a, m, p);
+  });
+}
+
+// O[M, N] = X[M, K] . W'^T (+ B): quantizes X's rows, then runs the tiles.
+inline void linear_into(const float* X, int64_t M, int64_t K, const uint8_t* Q, const float* S, const uint16_t* Z,
+                        const float* B, int64_t N, float* O) {
+  Quantized xq;
+  quantize_rows(X, M, K, xq);
+  const Args a{xq.q.data(), xq.d.data(), xq.sum.data(), Q, S, Z, B, O, K, N};
+  linear_into(a, M);
+}
+
+// Checks int4 weights against the input width K; returns N.
+inline int64_t check_weight(const torch::Tensor& packed, const torch::Tensor& scale, const torch::Tensor& offset, int64_t K) {
+  TORCH_CHECK(K % kGroup == 0, "int4 linear: input width must be a multiple of 32");
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.dim() == 4 && packed.size(1) == K / kGroup &&
+                  packed.size(2) == 4 && packed.size(3) == 16 && packed.is_contiguous(),
+              "int4 linear: packed weights must be contiguous panels [N/4, K/32, 4, 16] uint8");
+  const int64_t N = packed.size(0) * 4;
+  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.dim() == 3 && scale.size(0) == N / 4 &&
+                  scale.size(1) == K / kGroup && scale.size(2) == 4 && scale.is_contiguous(),
+              "int4 linear: scales must be contiguous fp32 panels [N/4, K/32, 4]");
+  TORCH_CHECK(offset.scalar_type() == at::kHalf && offset.dim() == 2 && offset.size(0) == N &&
+                  offset.size(1) == K / kGroup && offset.is_contiguous(),
+              "int4 linear: offsets must be contiguous fp16 [N, K/32]");
+  return N;
+}
+
+inline const uint16_t* half_ptr(const torch::Tensor& t) { return reinterpret_cast<const uint16_t*>(t.data_ptr<at::Half>()); }
+
+}  // namespace tandem_int4
