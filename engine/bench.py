@@ -22,7 +22,6 @@ import torch
 from engine.compare import drain, warm_up
 from engine.divergence import first_difference
 from engine.draft_agreement import draft_agreement, full_head_like
-from engine.runner import ModelRunner
 from engine.session import DrafterKind, Session
 from engine.settings import DecodeSettings
 from engine.step_costs import measure_step_costs
@@ -114,7 +113,7 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
     step_costs = None
     if model_drafter is not None:
         ids = session.encode(prompts[0]["prompt"])
-        costs = measure_step_costs(ModelRunner(session.target.model), model_drafter, ids)
+        costs = measure_step_costs(session.target_runner(model_drafter), model_drafter, ids)
         step_costs = {"target_step_ms": costs.target_ms, "draft_step_ms": costs.draft_ms, "c": costs.c}
         progress(f"step costs at {len(ids)} tokens of context: target {costs.target_ms:.1f} ms, "
                  f"draft {costs.draft_ms:.1f} ms, c = {costs.c:.3f}")

@@ -32,7 +32,7 @@ def worth_using(model) -> bool:
     if reason is None and draft_decoder.fast_backend() is None:
         reason = "no fast draft_decoder kernel here"
     if reason:
-        log.info("drafter runs through transformers: %s", reason)
+        log.info("%s runs through transformers' modules: %s", getattr(model.config, "_name_or_path", "model") or "model", reason)
     return reason is None
 
 

@@ -120,3 +120,34 @@ def test_session_in_int4_precision(tmp_path):
     plain, _ = run_to_end(session.plain(prompt, settings))
     spec, _ = run_to_end(session.speculative(prompt, settings))
     assert isinstance(spec, Finished) and spec.token_ids == plain.token_ids
+
+
+@pytest.mark.parametrize("to_target", ["int4", "int8"])
+def test_fused_target_rows_are_bit_identical_to_one_at_a_time(tiny_pair, to_target):
+    """A quantized target runs one fused kernel call per layer (Session.target_runner): a
+    verification pass over k+1 tokens must give the logits of k+1 one-token steps, bit for bit."""
+    from engine.drafters.fused_runner import FusedRunner
+    from engine.quantize import to_int8_target
+
+    tokenizer, target, _ = tiny_pair
+    model = copy.deepcopy(target)
+    (to_int4_target if to_target == "int4" else to_int8_target)(model)
+    ids = tokenizer("def add(a, b):\n    return a + b  # and more")["input_ids"]
+    together, alone = FusedRunner(model), FusedRunner(model)
+    together.forward(ids[:4])
+    alone.forward(ids[:4])
+    many = together.forward(ids[4:12], n_logits=8)
+    one = torch.cat([alone.forward([t]) for t in ids[4:12]])
+    assert torch.equal(many, one)
+
+
+def test_a_quantized_session_runs_its_target_fused(tmp_path):
+    from engine.drafters.fused_runner import FusedRunner
+    from kernels import draft_decoder
+
+    target_dir, drafter_dir = save_pair(tmp_path)
+    session = Session.load(target_dir, drafter_dir, "int4", "cpu")
+    fused = draft_decoder.fast_backend() is not None
+    assert isinstance(session.target_runner(), FusedRunner) == fused
+    assert isinstance(session.target_runner(session.model_drafter), FusedRunner) == fused
+    assert isinstance(Session.load(target_dir, drafter_dir, "fast", "cpu").target_runner(), ModelRunner)
