@@ -188,7 +188,10 @@ def speculative_decode(
                 target, drafter, run.context, requested, run.sampler
             )
             k = len(draft.tokens)
-            controller.record(k, n, verify_s, draft_s, requested=requested)
+            # The controller prices drafting per token: a catch-up on tokens decoded while
+            # speculation was off is a one-off cost of switching on (the run's stats keep it).
+            catch_up_s = min(draft_s, getattr(drafter, "catch_up_s", 0.0))
+            controller.record(k, n, verify_s, draft_s - catch_up_s, requested=requested)
             run.stats.add_pass(k, n, draft_s, verify_s)
             if requested == 0:
                 run.stats.off_steps += 1

@@ -1,6 +1,8 @@
 """A separate, smaller model with the target's tokenizer drafts k tokens autoregressively."""
 from __future__ import annotations
 
+import time
+
 import torch
 
 from engine.drafters.base import Draft
@@ -32,6 +34,10 @@ class DraftModelDrafter:
         self.min_confidence = min_confidence
         self.head = head
         self._seen = 0  # context tokens already offered to the head
+        #: Seconds of the last propose() spent catching up on tokens the drafter had not seen
+        #: (after speculation was off): a cost of switching back on, not of drafting.
+        self.catch_up_s = 0.0
+        self._step_s: float | None = None  # a one-token draft step, as measured
         self._cached: list[int] = []  # the tokens whose keys/values the runner's cache holds
 
     def reset(self) -> None:
@@ -66,8 +72,11 @@ class DraftModelDrafter:
         pending = context[self.runner.length :]
         tokens: list[int] = []
         dists: list[torch.Tensor] = []
+        self.catch_up_s = 0.0
         for i in range(k):
+            start = time.perf_counter()
             token, dist, confidence = self._next(pending, sampler, want_confidence=i > 0 and self.min_confidence > 0)
+            self._time_step(len(pending), time.perf_counter() - start)
             if confidence is not None and confidence < self.min_confidence:
                 # The cache already holds every proposed token; observe() crops
                 # whatever verification rejects.
@@ -80,6 +89,13 @@ class DraftModelDrafter:
         # together with the bonus token in the next round.
         probs = torch.stack(dists) if dists else None
         return Draft(tuple(tokens), probs)
+
+    def _time_step(self, fed: int, seconds: float) -> None:
+        if fed <= 2:  # a normal step: the target's token, perhaps with the last accepted draft
+            self._step_s = seconds if self._step_s is None else 0.8 * self._step_s + 0.2 * seconds
+        else:  # caught up on fed - 1 tokens first
+            step = self._step_s if self._step_s is not None else seconds / fed
+            self.catch_up_s += max(0.0, seconds - step)
 
     def observe(self, valid_length: int) -> None:
         self._crop(valid_length)

@@ -75,6 +75,7 @@ class LookupFirstDrafter:
     # -- the Drafter interface ------------------------------------------------------------
     def reset(self) -> None:
         self.model.reset()
+        self.catch_up_s = 0.0  # the model drafter's, for the pass it drafted (see DraftModelDrafter)
         self.lookup_score = self.lookup_prior  # decayed mean of tokens a lookup guess got right
         self.model_score = self.prior  # decayed mean of model draft tokens accepted
         self.lookup_steps = 0  # drafts proposed by lookup in this request
@@ -91,11 +92,13 @@ class LookupFirstDrafter:
         n, guess = longest_match_continuation(context, k)
         if n < self.min_match:
             guess = []
+        self.catch_up_s = 0.0
         if guess and self._lookup_pays():
             self.lookup_steps += 1
             self._pending = (len(context), guess, tuple(guess), True)
             return Draft(tuple(guess))
         draft = self.model.propose(context, k, sampler)
+        self.catch_up_s = self.model.catch_up_s
         self.model_steps += 1
         self._pending = (len(context), guess, draft.tokens, False)
         return draft

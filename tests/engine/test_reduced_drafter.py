@@ -257,3 +257,26 @@ def test_greedy_output_is_identical_with_the_fused_int4_drafter(tiny_pair):
             assert spec.token_ids == plain.token_ids
             accepted += spec.stats.accepted
     assert accepted > 0
+
+
+def test_catching_up_is_timed_apart_from_drafting(tiny_pair):
+    """After speculation was off the drafter first feeds every token it missed; the draft-length
+    controller must price drafting per token without that one-off catch-up."""
+    from engine.sampler import Sampler
+
+    tokenizer, _, drafter = tiny_pair
+    proposer = DraftModelDrafter(drafter)
+    context = encode(tokenizer, PROMPTS[2] + " " + PROMPTS[0] + " " + PROMPTS[1])
+    proposer.prepare(context[:8])
+    sampler = Sampler(DecodeSettings())
+    for n in range(8, 12):  # normal steps: one new token each
+        proposer.propose(context[:n], 2, sampler)
+        proposer.observe(n)
+        assert proposer.catch_up_s == 0.0
+    import time
+
+    start = time.perf_counter()
+    proposer.propose(context, 2, sampler)  # len(context) - 11 tokens to catch up on first
+    total = time.perf_counter() - start
+    assert len(context) - 11 > 2
+    assert 0.0 < proposer.catch_up_s < total
