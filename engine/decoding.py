@@ -158,9 +158,11 @@ def speculative_decode(
     settings: DecodeSettings,
     eos_ids: set[int],
     cancel: Callable[[], bool] = lambda: False,
+    costs: dict | None = None,
 ) -> Iterator[Event]:
     """Draft, verify, accept; the output equals plain decoding's (greedy) or has its exact
-    distribution (sampling)."""
+    distribution (sampling). ``costs``: a dict kept by the caller across requests on the same
+    models; ``costs["measured"]`` seeds the draft-length controller and is updated at the end."""
     try:
         run = _Run(target, tokenizer, prompt_ids, settings, eos_ids)
         drafter.reset()
@@ -171,6 +173,7 @@ def speculative_decode(
             fixed=settings.draft_length,
             max_k=settings.max_draft_length,
             drafting_is_free=drafter.free,
+            known=(costs or {}).get("measured"),
         )
         t = time.perf_counter()
         token = prefill(target, prompt_ids, run.sampler)
@@ -197,6 +200,8 @@ def speculative_decode(
                 run.stats.off_steps += 1
             block = [*draft.tokens[:n], next_token]
             yield from run.emit(block, [True] * n + [False], k, n, draft_s + verify_s)
+        if costs is not None and controller.measured() is not None:
+            costs["measured"] = controller.measured()
         yield run.finish()
     except Exception as exc:
         log.exception("speculative decoding failed")

@@ -20,6 +20,17 @@ ran the request at 0.88x of plain.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MeasuredCosts:
+    """What a finished request measured, to seed the next one on the same models: seconds of a
+    one-token target pass (v0), per extra verified token (v1) and per draft step."""
+
+    v0: float
+    v1: float
+    draft_step_s: float
 
 
 class DraftLengthController:
@@ -34,7 +45,12 @@ class DraftLengthController:
         max_probe_every: int = 128,
         resume_margin: float = 1.05,
         drafting_is_free: bool = False,
+        known: MeasuredCosts | None = None,
     ) -> None:
+        """``known``: costs an earlier request measured on the same models. The first step is
+        then no calibration pass, and speculation starts off when those costs leave no draft
+        length that would pay at 95% acceptance (a quantized target whose wide verification is
+        dear): the request does not pay for a first draft and its catch-ups to find out again."""
         self.fixed = fixed
         self.max_k = max_k
         self.initial_k = min(initial_k, max_k)
@@ -54,6 +70,13 @@ class DraftLengthController:
         self._off_steps = 0
         self._probing = False  # speculation is off and only probes run
         self._calibrated = False
+        if known is not None and fixed is None:
+            self._v0, self._v1, self._draft_step_s = known.v0, known.v1, known.draft_step_s
+            self._calibrated = True
+            if self._ceiling() < 1.0:
+                self._probing = True  # off from the start; probes as usual
+            else:
+                self.k = self.initial_k
 
     @property
     def acceptance(self) -> float:
@@ -85,6 +108,16 @@ class DraftLengthController:
             slope = max(0.0, (verify_s - self._v0) / k)
             self._v1 = slope if self._v1 is None else d * self._v1 + (1 - d) * slope
         self.k = self._choose(previous=k if requested is None else requested, n_accepted=n_accepted)
+
+    def measured(self) -> MeasuredCosts | None:
+        """The costs measured so far, once all three are (for ``known`` of a later request)."""
+        if self._v0 is None or self._v1 is None or self._draft_step_s is None:
+            return None
+        return MeasuredCosts(self._v0, self._v1, self._draft_step_s)
+
+    def _ceiling(self) -> float:
+        """The best expected speedup over every k if 95% of drafts were accepted."""
+        return max(self.expected_speedup(k, acceptance=0.95) for k in range(1, self.max_k + 1))
 
     def verify_cost(self, k: int) -> float:
         """v(k) in seconds; until measured, assume 1 s per pass and 10% more per extra token,
@@ -121,8 +154,7 @@ class DraftLengthController:
         # out: no k would break even at 95% acceptance (the draft cost a probe measures includes
         # the drafter's catch-up over every token since the last probe).
         if self._probing and not failed_probe:
-            ceiling = max(self.expected_speedup(k, acceptance=0.95) for k in range(1, self.max_k + 1))
-            failed_probe = ceiling < 1.0
+            failed_probe = self._ceiling() < 1.0
         if not math.isfinite(best_s):
             return previous
         if self._probing and best_s < self.resume_margin:

@@ -53,6 +53,7 @@ class Session:
         self.tokenizer = target.tokenizer
         self.eos_ids = eos_token_ids(target.model, target.tokenizer)
         self.drafter_options = drafter_options or DrafterOptions()
+        self._costs: dict[str, dict] = {}  # per drafter kind: what the last request measured
         if assistant:
             self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
         elif drafter is not None:
@@ -164,4 +165,8 @@ class Session:
         chosen = self.drafter(drafter)
         if chosen is None:
             return self.plain(prompt_ids, settings, cancel)
-        return speculative_decode(self.target_runner(chosen), chosen, self.tokenizer, prompt_ids, settings, self.eos_ids, cancel)
+        # Costs measured by earlier requests with this drafter seed the draft length (see
+        # DraftLengthController's ``known``).
+        costs = self._costs.setdefault(drafter, {})
+        return speculative_decode(self.target_runner(chosen), chosen, self.tokenizer, prompt_ids, settings, self.eos_ids,
+                                  cancel, costs=costs)

@@ -1,4 +1,6 @@
 """The draft-length controller picks k from measured costs and acceptance."""
+import pytest
+
 from engine.draft_length import DraftLengthController
 
 
@@ -96,3 +98,29 @@ def test_accepted_probes_that_do_not_pay_back_off_too():
     waits = [b - a for a, b in zip(gaps, gaps[1:])]
     assert waits == sorted(waits) and waits[-1] == 33
     assert len(gaps) <= 10
+
+
+def test_costs_from_an_earlier_request_seed_the_next():
+    from engine.draft_length import MeasuredCosts
+
+    first = feed(DraftLengthController(max_k=8), 30, 0.9, 1.0, 0.05, 0.1)
+    known = first.measured()
+    assert known is not None and known.v0 == pytest.approx(1.0) and known.draft_step_s == pytest.approx(0.1)
+    # Speculation pays with these costs: the next request drafts from its first step.
+    assert DraftLengthController(max_k=8, known=known).next_k() > 0
+    # Verification and drafting so dear that no k pays even at 95% acceptance: it starts off,
+    # and probes later as usual.
+    dear = MeasuredCosts(v0=1.0, v1=0.9, draft_step_s=0.6)
+    ctrl = DraftLengthController(max_k=8, probe_every=4, known=dear)
+    ks = []
+    for _ in range(12):
+        k = ctrl.next_k()
+        ks.append(k)
+        ctrl.record(k, k, 1.0 + 0.9 * k, 0.6 * k, requested=k)
+    assert ks[0] == 0 and 0 < sum(ks) <= 3
+
+
+def test_a_fixed_length_ignores_known_costs():
+    from engine.draft_length import MeasuredCosts
+
+    assert DraftLengthController(fixed=3, known=MeasuredCosts(1.0, 0.9, 0.6)).next_k() == 3

@@ -120,6 +120,10 @@ def test_session_in_int4_precision(tmp_path):
     plain, _ = run_to_end(session.plain(prompt, settings))
     spec, _ = run_to_end(session.speculative(prompt, settings))
     assert isinstance(spec, Finished) and spec.token_ids == plain.token_ids
+    # Whatever costs it measured seed the next request, which stays identical too.
+    assert "model" in session._costs
+    again, _ = run_to_end(session.speculative(prompt, settings))
+    assert again.token_ids == plain.token_ids
 
 
 @pytest.mark.parametrize("to_target", ["int4", "int8"])
