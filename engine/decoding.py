@@ -194,7 +194,7 @@ def speculative_decode(
             # The controller prices drafting per token: a catch-up on tokens decoded while
             # speculation was off is a one-off cost of switching on (the run's stats keep it).
             catch_up_s = min(draft_s, getattr(drafter, "catch_up_s", 0.0))
-            controller.record(k, n, verify_s, draft_s - catch_up_s, requested=requested)
+            controller.record(k, n, verify_s, draft_s - catch_up_s, requested=requested, catch_up_s=catch_up_s)
             run.stats.add_pass(k, n, draft_s, verify_s)
             if requested == 0:
                 run.stats.off_steps += 1

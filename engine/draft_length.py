@@ -11,8 +11,8 @@ we probe again with k = 1 so a request whose text becomes predictable regains sp
 Switching off must cost plain decoding next to nothing (prose that a drafter predicts badly
 must not run slower than plain), so: speculation resumes only when expected to beat plain by a
 margin (``resume_margin``: no on/off flapping around S = 1 where the estimate is noise), and each
-failed probe doubles the wait before the next one: rejected, or accepted where the measured
-costs leave no k breaking even even at 95% acceptance. A probe costs more than its draft step: the drafter first catches up on every token
+failed probe doubles the wait before the next one: rejected, or accepted without bringing
+speculation back. A probe costs more than its draft step: the drafter first catches up on every token
 since the last one, and the verification is wider. Measured on an int4 target (a wider
 verification costs ~35% more per row there): accepted probes every 16 tokens that never paid
 ran the request at 0.88x of plain.
@@ -31,6 +31,9 @@ class MeasuredCosts:
     v0: float
     v1: float
     draft_step_s: float
+
+
+PROBE_BUDGET = 0.05  # share of the off steps' time that probing may cost
 
 
 class DraftLengthController:
@@ -68,6 +71,7 @@ class DraftLengthController:
         self._v0: float | None = None  # seconds for a one-token target pass
         self._v1: float | None = None  # extra seconds per verified draft token
         self._off_steps = 0
+        self._probe_cost = 0.0  # seconds the last probe cost over a plain step
         self._probing = False  # speculation is off and only probes run
         self._calibrated = False
         if known is not None and fixed is None:
@@ -88,12 +92,17 @@ class DraftLengthController:
         return self.k
 
     def record(
-        self, k: int, n_accepted: int, verify_s: float, draft_s: float, requested: int | None = None
+        self, k: int, n_accepted: int, verify_s: float, draft_s: float, requested: int | None = None,
+        catch_up_s: float = 0.0,
     ) -> None:
         """Update from one step: k drafted (of ``requested``), n accepted, and the timings of
         its two halves. A drafter may propose fewer than requested (prompt lookup with no
         match); only a requested k of 0 means speculation was switched off."""
         d = self.decay
+        if self._probing and k > 0:
+            # What this probe cost over a plain step: its drafting, the drafter's catch-up on the
+            # tokens decoded while off, and the wider verification.
+            self._probe_cost = draft_s + catch_up_s + max(0.0, verify_s - (self._v0 or verify_s))
         if k > 0:
             tried = n_accepted + (1 if n_accepted < k else 0)
             self._acc = d * self._acc + n_accepted
@@ -114,6 +123,10 @@ class DraftLengthController:
         if self._v0 is None or self._v1 is None or self._draft_step_s is None:
             return None
         return MeasuredCosts(self._v0, self._v1, self._draft_step_s)
+
+    def best_speedup(self) -> float:
+        """The best expected speedup over every k at the acceptance observed so far."""
+        return max(self.expected_speedup(k) for k in range(1, self.max_k + 1))
 
     def _ceiling(self) -> float:
         """The best expected speedup over every k if 95% of drafts were accepted."""
@@ -160,8 +173,13 @@ class DraftLengthController:
         if self._probing and best_s < self.resume_margin:
             best_k = 0  # a probe must show a clear gain before speculation resumes
         if best_k == 0:
-            # Back off: each failed probe doubles the wait before the next one.
+            # Back off: each failed probe doubles the wait before the next one; and probes
+            # never cost more than ~5% of the plain steps between them (on an int4 target the
+            # drafter's catch-up makes a probe cost ~3 plain steps).
             self._wait = min(self._wait * 2, self.max_probe_every) if failed_probe else self.probe_every
+            if self._probe_cost and self._v0:
+                affordable = math.ceil(self._probe_cost / (PROBE_BUDGET * self._v0))
+                self._wait = min(max(self._wait, affordable), self.max_probe_every)
             self._probing = True
         else:
             self._wait = self.probe_every

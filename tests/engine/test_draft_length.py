@@ -124,3 +124,18 @@ def test_a_fixed_length_ignores_known_costs():
     from engine.draft_length import MeasuredCosts
 
     assert DraftLengthController(fixed=3, known=MeasuredCosts(1.0, 0.9, 0.6)).next_k() == 3
+
+
+def test_probes_cost_at_most_a_small_share_of_the_off_steps():
+    """A probe that pays a long catch-up (0.6 s here, 3 plain steps of 0.2 s) is followed by a
+    wait long enough that probing costs ~5% of the time spent off: 0.6 / (0.05 * 0.2) = 60."""
+    ctrl = DraftLengthController(max_k=4, probe_every=4, max_probe_every=128)
+    ctrl.record(0, 0, 0.2, 0.0, requested=0)
+    ks = []
+    for _ in range(200):
+        k = ctrl.next_k()
+        ks.append(k)
+        probe = k > 0 and any(ks[:-1])
+        ctrl.record(k, 0, 0.2 * (1 + 0.8 * k), 0.1 * k, requested=k, catch_up_s=0.6 if probe else 0.0)
+    gaps = [i for i, k in enumerate(ks) if k]
+    assert all(b - a >= 60 for a, b in zip(gaps[1:], gaps[2:]))
