@@ -26,11 +26,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class MeasuredCosts:
     """What a finished request measured, to seed the next one on the same models: seconds of a
-    one-token target pass (v0), per extra verified token (v1) and per draft step."""
+    one-token target pass (v0), per extra verified token (v1) and per draft step, and the
+    acceptance rate it saw."""
 
     v0: float
     v1: float
     draft_step_s: float
+    acceptance: float = 0.7
 
 
 PROBE_BUDGET = 0.05  # share of the off steps' time that probing may cost
@@ -51,9 +53,10 @@ class DraftLengthController:
         known: MeasuredCosts | None = None,
     ) -> None:
         """``known``: costs an earlier request measured on the same models. The first step is
-        then no calibration pass, and speculation starts off when those costs leave no draft
-        length that would pay at 95% acceptance (a quantized target whose wide verification is
-        dear): the request does not pay for a first draft and its catch-ups to find out again."""
+        then no calibration pass, and speculation starts off when those costs and that
+        request's acceptance leave no draft length paying by ``resume_margin`` (a quantized
+        target whose wide verification is dear): the request does not pay for a first draft
+        and its catch-ups to find out again. Probes follow as usual."""
         self.fixed = fixed
         self.max_k = max_k
         self.initial_k = min(initial_k, max_k)
@@ -77,7 +80,8 @@ class DraftLengthController:
         if known is not None and fixed is None:
             self._v0, self._v1, self._draft_step_s = known.v0, known.v1, known.draft_step_s
             self._calibrated = True
-            if self._ceiling() < 1.0:
+            paying = max(self.expected_speedup(k, acceptance=known.acceptance) for k in range(1, self.max_k + 1))
+            if paying < self.resume_margin:
                 self._probing = True  # off from the start; probes as usual
             else:
                 self.k = self.initial_k
@@ -122,7 +126,7 @@ class DraftLengthController:
         """The costs measured so far, once all three are (for ``known`` of a later request)."""
         if self._v0 is None or self._v1 is None or self._draft_step_s is None:
             return None
-        return MeasuredCosts(self._v0, self._v1, self._draft_step_s)
+        return MeasuredCosts(self._v0, self._v1, self._draft_step_s, self.acceptance)
 
     def best_speedup(self) -> float:
         """The best expected speedup over every k at the acceptance observed so far."""

@@ -108,15 +108,16 @@ def test_costs_from_an_earlier_request_seed_the_next():
     assert known is not None and known.v0 == pytest.approx(1.0) and known.draft_step_s == pytest.approx(0.1)
     # Speculation pays with these costs: the next request drafts from its first step.
     assert DraftLengthController(max_k=8, known=known).next_k() > 0
-    # Verification and drafting so dear that no k pays even at 95% acceptance: it starts off,
-    # and probes later as usual.
-    dear = MeasuredCosts(v0=1.0, v1=0.9, draft_step_s=0.6)
+    # Verification and drafting too dear for the acceptance seen: it starts off, and probes
+    # later as usual. (S(1) at 70%: 1.7 / (1 + 0.5 + 0.3) < 1; at 95% it would pay.)
+    assert DraftLengthController(max_k=8, known=MeasuredCosts(1.0, 0.5, 0.3, acceptance=0.95)).next_k() > 0
+    dear = MeasuredCosts(v0=1.0, v1=0.5, draft_step_s=0.3, acceptance=0.7)
     ctrl = DraftLengthController(max_k=8, probe_every=4, known=dear)
     ks = []
     for _ in range(12):
         k = ctrl.next_k()
         ks.append(k)
-        ctrl.record(k, k, 1.0 + 0.9 * k, 0.6 * k, requested=k)
+        ctrl.record(k, 0, 1.0 + 0.5 * k, 0.3 * k, requested=k)
     assert ks[0] == 0 and 0 < sum(ks) <= 3
 
 
