@@ -7,8 +7,6 @@ import pytest
 import torch
 
 from engine import int8_cache
-from engine.decoding import eos_token_ids, plain_decode, speculative_decode
-from engine.drafters import DraftModelDrafter
 from engine.events import Finished
 from engine.invariant_attention import use_batch_invariant_attention
 from engine.loading import load_model
@@ -19,7 +17,7 @@ from engine.settings import DecodeSettings
 from engine.tiny_models import save_pair
 from kernels.int4_linear.reference import dequantize, supports
 from kernels.quant_linear.reference import dequantize as dequantize_int8
-from tests.engine.helpers import run_to_end
+from tests.engine.helpers import assert_speculation_matches_plain, run_to_end
 
 PROMPTS = ["def add(a, b):", "The quick brown fox", "for i in range(10):\n    print(i)"]
 
@@ -70,17 +68,7 @@ def test_greedy_speculation_on_the_int4_target_equals_its_plain_decoding(int4_pa
     tokenizer, target, drafter = int4_pair
     if int8_drafter:
         drafter = to_int8_drafter(copy.deepcopy(drafter))
-    eos = eos_token_ids(target, tokenizer)
-    accepted = 0
-    for text in PROMPTS:
-        prompt = tokenizer(text)["input_ids"]
-        plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, DecodeSettings(max_new_tokens=32), eos))
-        for k in (None, 1, 4, 8):
-            settings = DecodeSettings(max_new_tokens=32, draft_length=k)
-            spec, _ = run_to_end(speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt, settings, eos))
-            assert isinstance(spec, Finished), spec
-            assert spec.token_ids == plain.token_ids, (text, k)
-            accepted += spec.stats.accepted
+    accepted = assert_speculation_matches_plain(target, drafter, tokenizer, PROMPTS)
     assert accepted > 0
 
 

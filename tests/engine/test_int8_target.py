@@ -6,8 +6,6 @@ import pytest
 import torch
 
 from engine import int8_cache
-from engine.decoding import eos_token_ids, plain_decode, speculative_decode
-from engine.drafters import DraftModelDrafter
 from engine.events import Finished
 from engine.loading import load_model
 from engine.quantize import Int8Linear, to_int8_drafter, to_int8_target
@@ -15,7 +13,7 @@ from engine.runner import ModelRunner
 from engine.session import Session
 from engine.settings import DecodeSettings
 from engine.tiny_models import save_pair
-from tests.engine.helpers import run_to_end
+from tests.engine.helpers import assert_speculation_matches_plain, run_to_end
 
 PROMPTS = ["def add(a, b):", "The quick brown fox", "for i in range(10):\n    print(i)"]
 
@@ -53,17 +51,7 @@ def test_greedy_speculation_on_the_int8_target_equals_its_plain_decoding(int8_pa
     tokenizer, target, drafter = int8_pair
     if int8_drafter:
         drafter = to_int8_drafter(copy.deepcopy(drafter))
-    eos = eos_token_ids(target, tokenizer)
-    accepted = 0
-    for text in PROMPTS:
-        prompt = tokenizer(text)["input_ids"]
-        plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, DecodeSettings(max_new_tokens=32), eos))
-        for k in (None, 1, 4, 8):
-            settings = DecodeSettings(max_new_tokens=32, draft_length=k)
-            spec, _ = run_to_end(speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt, settings, eos))
-            assert isinstance(spec, Finished), spec
-            assert spec.token_ids == plain.token_ids, (text, k)
-            accepted += spec.stats.accepted
+    accepted = assert_speculation_matches_plain(target, drafter, tokenizer, PROMPTS)
     assert accepted > 0  # the drafter did propose tokens that were verified in blocks
 
 
