@@ -200,12 +200,7 @@ def to_int4_drafter(model: torch.nn.Module) -> torch.nn.Module:
         fits = int4_linear.reference.supports(module.out_features, module.in_features)
         setattr(parent, attr, Int4Linear(module) if fits else Int8Linear(module))
     log.info("int4 drafter layers in %.1fs", time.perf_counter() - start)
-    embed = model.get_input_embeddings()
-    keep = {id(embed.weight)} | ({id(head.weight)} if head is not None else set())
-    _fp32_activations(model, keep)
-    if head is not None:
-        head.forward = types.MethodType(_head_any_input, head)
-    return model
+    return _drafter_fp32_around_tables(model)
 
 
 def to_int8_drafter(model: torch.nn.Module) -> torch.nn.Module:
@@ -221,6 +216,12 @@ def to_int8_drafter(model: torch.nn.Module) -> torch.nn.Module:
         for module in model.modules():
             if isinstance(module, Int8Linear):
                 module.pack()
+    return _drafter_fp32_around_tables(model)
+
+
+def _drafter_fp32_around_tables(model: torch.nn.Module) -> torch.nn.Module:
+    """A quantized drafter's small parameters to fp32, its embedding and head tables left as
+    loaded, and the head taking fp32 rows (see to_int8_drafter)."""
     embed = model.get_input_embeddings()
     head = model.get_output_embeddings()
     keep = {id(embed.weight)} | ({id(head.weight)} if head is not None else set())
