@@ -68,19 +68,22 @@ inline void rows(const float* X, const int8_t* W, const float* S, const float* B
   for (; n < n1; ++n) tile<1, MR, false>(X, W, S, B, O, m, n, n1, K, N);
 }
 
-// Input rows 0..MR1 and MR1..MR1+MR2 against the same NR weight rows in turn: for 7 or 8 rows no
-// single tile fits the registers, and the second pass finds the rows in cache.
-template <int NR, int MR1, int MR2>
+// Input rows in chunks of MR1, MRS... rows against the same NR weight rows, one chunk after the
+// other: no tile of 7 or more rows fits the registers, and later chunks find the weights in L1
+// (only the first prefetches).
+template <int NR, int MR1, int... MRS>
 inline void split_rows(const float* X, const int8_t* W, const float* S, const float* B, float* O,
                        int64_t n0, int64_t n1, int64_t K, int64_t N) {
   int64_t n = n0;
   for (; n + NR <= n1; n += NR) {
     tile<NR, MR1, true>(X, W, S, B, O, 0, n, n1, K, N);
-    tile<NR, MR2, false>(X, W, S, B, O, MR1, n, n1, K, N);
+    int64_t m = MR1;
+    ((tile<NR, MRS, false>(X, W, S, B, O, m, n, n1, K, N), m += MRS), ...);
   }
   for (; n < n1; ++n) {
     tile<1, MR1, false>(X, W, S, B, O, 0, n, n1, K, N);
-    tile<1, MR2, false>(X, W, S, B, O, MR1, n, n1, K, N);
+    int64_t m = MR1;
+    ((tile<1, MRS, false>(X, W, S, B, O, m, n, n1, K, N), m += MRS), ...);
   }
 }
 
@@ -89,17 +92,19 @@ inline void linear_into(const float* X, int64_t M, int64_t K, const int8_t* W, c
                         const float* B, int64_t N, float* O) {
   // Split across threads only when each gets enough weights to amortize waking it (~32 KB).
   const int64_t grain = std::max<int64_t>(64, (32 << 10) / std::max<int64_t>(K, 1));
-  if (M <= 8) {  // decoding and verification: stream the weights once, prefetching ahead
+  if (M <= 9) {  // decoding and verification (a draft of up to 8 tokens plus one): stream the
+                 // weights once, prefetching ahead. Shapes as in kernels/linear (measured there).
     at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
       switch (M) {
         case 1: rows<8, 1>(X, W, S, B, O, 0, n0, n1, K, N); break;
         case 2: rows<4, 2, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
         case 3: rows<3, 3, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
-        case 4: rows<2, 4, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
+        case 4: rows<3, 4, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
         case 5: rows<2, 5, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
         case 6: rows<2, 6, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
-        case 7: split_rows<2, 4, 3>(X, W, S, B, O, n0, n1, K, N); break;
-        default: split_rows<2, 4, 4>(X, W, S, B, O, n0, n1, K, N); break;
+        case 7: split_rows<3, 4, 3>(X, W, S, B, O, n0, n1, K, N); break;
+        case 8: split_rows<3, 4, 4>(X, W, S, B, O, n0, n1, K, N); break;
+        default: split_rows<2, 5, 4>(X, W, S, B, O, n0, n1, K, N); break;
       }
     });
     return;
