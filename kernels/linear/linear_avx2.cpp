@@ -38,8 +38,10 @@ inline void tile(const float* X, const uint16_t* W, const float* B, float* O, in
   const bool prefetch = PREFETCH && n + 2 * NR <= n_end;
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
-    if (prefetch && (k & 31) == 0) {
-      for (int i = 0; i < NR; ++i) _mm_prefetch(reinterpret_cast<const char*>(W + (n + NR + i) * K + k), _MM_HINT_T0);
+    // The next tile's NR rows are 2*NR*K contiguous bytes: fetch them as one run, a line each
+    // time this tile's reads cross one (as kernels/quant_linear; one run beat NR short ones).
+    if (prefetch && ((k * 2 * NR) & 63) < NR * 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(W + (n + NR) * K) + k * 2 * NR, _MM_HINT_T0);
     }
     __m256 wv[NR];
     for (int i = 0; i < NR; ++i) wv[i] = load_bf16x8(W + (n + i) * K + k);

