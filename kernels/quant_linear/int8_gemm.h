@@ -107,7 +107,7 @@ inline void linear_into(const float* X, int64_t M, int64_t K, const int8_t* W, c
         case 6: rows<2, 6, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
         case 7: split_rows<3, 4, 3>(X, W, S, B, O, n0, n1, K, N); break;
         case 8: split_rows<3, 4, 4>(X, W, S, B, O, n0, n1, K, N); break;
-        default: split_rows<2, 5, 4>(X, W, S, B, O, n0, n1, K, N); break;
+        default: split_rows<3, 3, 3, 3>(X, W, S, B, O, n0, n1, K, N); break;
       }
     });
     return;
