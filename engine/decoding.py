@@ -178,7 +178,11 @@ def speculative_decode(
         t = time.perf_counter()
         token = prefill(target, prompt_ids, run.sampler)
         yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
-        if not run.done:
+        # A drafter that need not draft soon reads the prompt when it first drafts (its catch-up
+        # then): on a target where speculation does not pay, that prefill only delayed the
+        # first token. Drafters reading the target's own states must start from its prefill.
+        deferred = controller.drafter_can_wait and attach is None
+        if not run.done and not deferred:
             drafter.prepare(run.context)
         while not run.done:
             if cancel():
@@ -187,13 +191,20 @@ def speculative_decode(
             remaining = run.output.max_new_tokens - len(run.output.token_ids)
             # Never draft past the token budget: the target adds one token of its own.
             requested = max(0, min(controller.next_k(), remaining - 1))
+            prepare_s = 0.0
+            if deferred and requested > 0:
+                t = time.perf_counter()
+                drafter.prepare(run.context)
+                prepare_s, deferred = time.perf_counter() - t, False
             draft, n, next_token, draft_s, verify_s = speculate_step(
                 target, drafter, run.context, requested, run.sampler
             )
             k = len(draft.tokens)
             # The controller prices drafting per token: a catch-up on tokens decoded while
             # speculation was off is a one-off cost of switching on (the run's stats keep it).
-            catch_up_s = min(draft_s, getattr(drafter, "catch_up_s", 0.0))
+            # A deferred prompt prefill is one too.
+            catch_up_s = min(draft_s, getattr(drafter, "catch_up_s", 0.0)) + prepare_s
+            draft_s += prepare_s
             controller.record(k, n, verify_s, draft_s - catch_up_s, requested=requested, catch_up_s=catch_up_s)
             run.stats.add_pass(k, n, draft_s, verify_s)
             if requested == 0:

@@ -15,7 +15,10 @@ failed probe doubles the wait before the next one: rejected, or accepted without
 speculation back. A probe costs more than its draft step: the drafter first catches up on every token
 since the last one, and the verification is wider. Measured on an int4 target (a wider
 verification costs ~35% more per row there): accepted probes every 16 tokens that never paid
-ran the request at 0.88x of plain.
+ran the request at 0.88x of plain. That catch-up costs a fixed share of a plain step per off
+token whatever the wait, so where even 95% acceptance would gain less than twice that share,
+probing waits the longest and a request seeded with such costs lets the drafter skip the prompt
+until it drafts (int4 there: 0.87x -> 1.0x).
 """
 from __future__ import annotations
 
@@ -33,9 +36,15 @@ class MeasuredCosts:
     v1: float
     draft_step_s: float
     acceptance: float = 0.7
+    #: Seconds per token the drafter took to catch up on tokens decoded while speculation was
+    #: off (0 when unmeasured): what every probe pays per off step before it drafts.
+    catch_up_per_token_s: float = 0.0
 
 
 PROBE_BUDGET = 0.05  # share of the off steps' time that probing may cost
+#: Probing is worth it only while the best speculation could do (at 95% acceptance) gains at
+#: least this many times what catching the drafter up costs per off token.
+PROBE_GAIN_OVER_CATCH_UP = 2.0
 
 
 class DraftLengthController:
@@ -77,12 +86,21 @@ class DraftLengthController:
         self._probe_cost = 0.0  # seconds the last probe cost over a plain step
         self._probing = False  # speculation is off and only probes run
         self._calibrated = False
+        self._catch_up_per_token: float | None = None
+        self._off_since_draft = 0  # off steps since the drafter last drafted (it catches up on them)
+        #: True when this request starts with speculation off and probing does not pay for
+        #: itself: the drafter need not read the prompt until (if ever) it drafts.
+        self.drafter_can_wait = False
         if known is not None and fixed is None:
             self._v0, self._v1, self._draft_step_s = known.v0, known.v1, known.draft_step_s
+            self._catch_up_per_token = known.catch_up_per_token_s or None
             self._calibrated = True
             paying = max(self.expected_speedup(k, acceptance=known.acceptance) for k in range(1, self.max_k + 1))
             if paying < self.resume_margin:
                 self._probing = True  # off from the start; probes as usual
+                if not self.probing_pays():
+                    self._wait = self.max_probe_every
+                    self.drafter_can_wait = True
             else:
                 self.k = self.initial_k
 
@@ -107,6 +125,9 @@ class DraftLengthController:
             # What this probe cost over a plain step: its drafting, the drafter's catch-up on the
             # tokens decoded while off, and the wider verification.
             self._probe_cost = draft_s + catch_up_s + max(0.0, verify_s - (self._v0 or verify_s))
+        if k > 0 and catch_up_s > 0 and self._off_since_draft > 0:
+            self._catch_up_per_token = catch_up_s / self._off_since_draft
+        self._off_since_draft = 0 if k > 0 else self._off_since_draft + 1
         if k > 0:
             tried = n_accepted + (1 if n_accepted < k else 0)
             self._acc = d * self._acc + n_accepted
@@ -126,7 +147,16 @@ class DraftLengthController:
         """The costs measured so far, once all three are (for ``known`` of a later request)."""
         if self._v0 is None or self._v1 is None or self._draft_step_s is None:
             return None
-        return MeasuredCosts(self._v0, self._v1, self._draft_step_s, self.acceptance)
+        return MeasuredCosts(self._v0, self._v1, self._draft_step_s, self.acceptance, self._catch_up_per_token or 0.0)
+
+    def probing_pays(self) -> bool:
+        """Whether probes can pay for themselves: each costs the drafter's catch-up over every
+        token since the last, so per off token a fixed share of a plain step. When even 95%
+        acceptance would gain less than PROBE_GAIN_OVER_CATCH_UP times that share (an int4
+        target here: best 1.13x, catch-up 13% of a step), probing only slows the request."""
+        if not self._catch_up_per_token or not self._v0:
+            return True
+        return self._ceiling() - 1.0 > PROBE_GAIN_OVER_CATCH_UP * self._catch_up_per_token / self._v0
 
     def best_speedup(self) -> float:
         """The best expected speedup over every k at the acceptance observed so far."""
@@ -184,6 +214,8 @@ class DraftLengthController:
             if self._probe_cost and self._v0:
                 affordable = math.ceil(self._probe_cost / (PROBE_BUDGET * self._v0))
                 self._wait = min(max(self._wait, affordable), self.max_probe_every)
+            if not self.probing_pays():
+                self._wait = self.max_probe_every
             self._probing = True
         else:
             self._wait = self.probe_every

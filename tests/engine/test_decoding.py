@@ -219,3 +219,27 @@ def test_draft_lengths_are_bounded():
         DecodeSettings(draft_length=-1)
     with pytest.raises(ValueError, match="max_draft_length must be between 1 and"):
         DecodeSettings(max_draft_length=0)
+
+
+def test_a_drafter_that_need_not_draft_reads_the_prompt_only_when_it_first_drafts(tiny_pair):
+    """Costs from an earlier request that rule speculation out and make probes dear (an int4
+    target): the drafter skips its prompt prefill, so the first token is not delayed by it. The
+    first probe (after the longest wait) prefills it then; the output stays plain decoding's."""
+    from engine.draft_length import MeasuredCosts
+
+    tokenizer, target, drafter = tiny_pair
+    prompt = encode(tokenizer, PROMPTS[1])
+    dear = MeasuredCosts(v0=1.0, v1=0.35, draft_step_s=0.3, acceptance=0.6, catch_up_per_token_s=0.2)
+    for max_new in (40, 140):  # no probe; one probe at the 129th token
+        settings = DecodeSettings(max_new_tokens=max_new)
+        plain = plain_ids(target, tokenizer, prompt, settings, set())
+        model_drafter = DraftModelDrafter(drafter)
+        costs = {"measured": dear}
+        result, _ = run_to_end(speculative_decode(ModelRunner(target), model_drafter, tokenizer, prompt, settings, set(),
+                                                  costs=costs))
+        assert isinstance(result, Finished), result
+        assert result.token_ids == plain.token_ids
+        if max_new == 40:
+            assert model_drafter.runner.length == 0 and result.stats.drafted == 0
+        else:
+            assert result.stats.drafted >= 1 and model_drafter.runner.length > len(prompt)

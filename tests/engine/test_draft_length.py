@@ -140,3 +140,51 @@ def test_probes_cost_at_most_a_small_share_of_the_off_steps():
         ctrl.record(k, 0, 0.2 * (1 + 0.8 * k), 0.1 * k, requested=k, catch_up_s=0.6 if probe else 0.0)
     gaps = [i for i, k in enumerate(ks) if k]
     assert all(b - a >= 60 for a, b in zip(gaps[1:], gaps[2:]))
+
+
+def test_probing_stops_when_the_drafters_catch_up_eats_what_speculation_could_gain():
+    """An int4 target here: even at 95% acceptance the best k gains ~1.2x, while every probe
+    first pays the drafter's catch-up (~13% of a plain step per off token). Probes then wait
+    the longest; with a cheap catch-up the same costs keep probing as usual."""
+
+    def waits(catch_up_per_token):
+        ctrl = DraftLengthController(max_k=4, probe_every=4, max_probe_every=64)
+        ctrl.record(0, 0, 1.0, 0.0, requested=0)
+        ks, off = [], 0
+        for _ in range(300):
+            k = ctrl.next_k()
+            ks.append(k)
+            # Every other probe accepted; drafting 0.3 of a step per token and verification
+            # 0.35 more per row leave a ceiling near 1.26x; the catch-up grows with the off
+            # steps before the probe.
+            catch_up = catch_up_per_token * off if k else 0.0
+            n = k if sum(1 for x in ks if x) % 2 else 0
+            ctrl.record(k, n, 1.0 + 0.35 * k, 0.3 * k, requested=k, catch_up_s=catch_up)
+            off = 0 if k else off + 1
+        gaps = [i for i, k in enumerate(ks) if k]
+        return [b - a for a, b in zip(gaps, gaps[1:])], ctrl
+
+    cheap, cheap_ctrl = waits(0.01)
+    dear, ctrl = waits(0.2)
+    assert 1.0 < ctrl._ceiling() < 1.3
+    assert cheap_ctrl.probing_pays() and not ctrl.probing_pays()
+    # Once a probe has measured the catch-up, every wait is the longest; cheap ones stay short.
+    assert dear[-3:] == [65, 65, 65] and max(cheap[-6:]) < 65 and len(dear) < len(cheap)
+    assert ctrl.measured().catch_up_per_token_s == pytest.approx(0.2)
+
+
+def test_a_request_seeded_with_dear_probes_lets_the_drafter_wait():
+    from engine.draft_length import MeasuredCosts
+
+    dear = MeasuredCosts(v0=1.0, v1=0.35, draft_step_s=0.3, acceptance=0.6, catch_up_per_token_s=0.2)
+    ctrl = DraftLengthController(max_k=4, probe_every=4, max_probe_every=64, known=dear)
+    assert ctrl.drafter_can_wait and ctrl.next_k() == 0
+    ks = []
+    for _ in range(70):
+        ks.append(ctrl.next_k())
+        ctrl.record(ks[-1], 0, 1.0, 0.0, requested=ks[-1])
+    assert ks.index(1) == 64  # the first probe only after the longest wait
+    # A cheap catch-up: speculation still starts off at this acceptance, but probes as usual.
+    cheap = DraftLengthController(max_k=4, probe_every=4, max_probe_every=64,
+                                  known=MeasuredCosts(1.0, 0.35, 0.3, 0.6, catch_up_per_token_s=0.01))
+    assert not cheap.drafter_can_wait and cheap.next_k() == 0
