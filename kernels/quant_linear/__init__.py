@@ -39,4 +39,10 @@ def linear(x, q, scale, bias=None):
     return backends.active.linear(x, q, scale, bias)
 
 
-__all__ = ["active_backend", "available_backends", "dequantize", "fast_backend", "linear", "quantize", "use_backend"]
+def linear_a16(x, q, scale, bias=None):
+    """As ``linear`` with x quantized to int16 per 256 values first (int8 targets: cheaper
+    verification); row layout only. See reference.py."""
+    return backends.active.linear_a16(x, q, scale, bias)
+
+
+__all__ = ["active_backend", "available_backends", "dequantize", "fast_backend", "linear", "linear_a16", "quantize", "use_backend"]

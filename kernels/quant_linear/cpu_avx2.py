@@ -11,6 +11,7 @@ from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("quant_linear_avx2.cpp")
 HEADER = SOURCE.with_name("int8_gemm.h")  # the tiling code, shared with kernels/draft_decoder
+INT16_INPUTS = SOURCE.with_name("int16_inputs.h")
 
 
 def available() -> bool:
@@ -22,8 +23,12 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    return compile_avx2("tandem_quant_linear_avx2", SOURCE, (HEADER, COMMON))
+    return compile_avx2("tandem_quant_linear_avx2", SOURCE, (HEADER, INT16_INPUTS, COMMON))
 
 
 def linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     return _module().linear_int8w(x, q, scale, bias)
+
+
+def linear_a16(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    return _module().linear_int8w_a16(x, q, scale, bias)

@@ -2,10 +2,15 @@
 // output row, fp32 activations and accumulation. Decoding reads every weight once per step and
 // is bound by memory bandwidth, so halving the bytes of bf16 halves the time; the weight widens
 // to fp32 in registers (no activation quantization, so the result is the dequantized matmul up
-// to summation order).
+// to summation order). linear_int8w_a16 (int8 targets) quantizes the inputs to int16 first and
+// multiplies in integers: cheaper verification, see int16_inputs.h.
 #include "int8_gemm.h"
+#include "int16_inputs.h"
 
-torch::Tensor linear_int8w(torch::Tensor x, torch::Tensor q, torch::Tensor scale, c10::optional<torch::Tensor> bias) {
+// Both ops: x [..., K] (bf16 or fp32), q [N, K] (or packed [N/8, K, 8] for linear_int8w).
+template <typename Compute>
+torch::Tensor run_linear(torch::Tensor x, torch::Tensor q, torch::Tensor scale, c10::optional<torch::Tensor> bias,
+                         Compute compute) {
   const int64_t K = x.size(-1);
   const int64_t N = tandem_int8::check_weight(q, scale, K);
   auto out_shape = x.sizes().vec();
@@ -19,12 +24,27 @@ torch::Tensor linear_int8w(torch::Tensor x, torch::Tensor q, torch::Tensor scale
     bf = bias->to(at::kFloat).contiguous();
     B = bf.data_ptr<float>();
   }
-  tandem_int8::linear_into_any(xf.data_ptr<float>(), M, K, q, scale.data_ptr<float>(), B, N, out.data_ptr<float>());
+  compute(xf.data_ptr<float>(), M, K, B, N, out.data_ptr<float>());
   return out.to(x.scalar_type()).reshape(out_shape);
+}
+
+torch::Tensor linear_int8w(torch::Tensor x, torch::Tensor q, torch::Tensor scale, c10::optional<torch::Tensor> bias) {
+  return run_linear(x, q, scale, bias, [&](const float* X, int64_t M, int64_t K, const float* B, int64_t N, float* O) {
+    tandem_int8::linear_into_any(X, M, K, q, scale.data_ptr<float>(), B, N, O);
+  });
+}
+
+torch::Tensor linear_int8w_a16(torch::Tensor x, torch::Tensor q, torch::Tensor scale, c10::optional<torch::Tensor> bias) {
+  TORCH_CHECK(q.dim() == 2, "int16 inputs need the row layout [N, K]");
+  return run_linear(x, q, scale, bias, [&](const float* X, int64_t M, int64_t K, const float* B, int64_t N, float* O) {
+    tandem_a16::linear_into(X, M, K, q.data_ptr<int8_t>(), scale.data_ptr<float>(), B, N, O);
+  });
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Release the GIL while computing: the Qt window's thread must keep running during a step.
   m.def("linear_int8w", &linear_int8w, "int8-weight linear with per-row scales, fp32 accumulation",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("linear_int8w_a16", &linear_int8w_a16, "int8-weight linear on int16-quantized inputs (int8 targets)",
         py::call_guard<py::gil_scoped_release>());
 }

@@ -93,3 +93,71 @@ def test_packed_weights_give_the_same_result(backend, m, k, n, bias):
     want = reference.linear(x, q, scale, b)
     assert got.shape == want.shape
     assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# int16 inputs (linear_a16, int8 targets): the inputs are quantized per 256 values, the
+# products summed exactly in integers.
+
+def _outlier_inputs(m, k, gen):
+    """Inputs spanning four decades, as a transformer's activations do (a few large channels)."""
+    return torch.randn(m, k, generator=gen) * torch.logspace(-2, 2, k)[torch.randperm(k, generator=gen)]
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 8, 9, 13])
+@pytest.mark.parametrize("k,n,bias", [(1536, 40, True), (520, 33, False), (13, 7, True), (300, 16, False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int16_input_backend_matches_reference(backend, m, k, n, bias, dtype):
+    gen = torch.Generator().manual_seed(m * 1000 + k + n)
+    x = _outlier_inputs(m, k, gen).to(dtype)
+    q, scale = quant_linear.quantize(torch.randn(n, k, generator=gen))
+    b = torch.randn(n, generator=gen) if bias else None
+    got = quant_linear.linear_a16(x, q, scale, b)
+    want = reference.linear_a16(x, q, scale, b)
+    assert got.shape == want.shape and got.dtype == dtype
+    # Exact integer sums in both; only the fp32 sum over blocks runs in another order.
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(got.float(), want.float(), rtol=tol, atol=tol * want.float().abs().max().item())
+
+
+@pytest.mark.parametrize("k", [1536, 300, 13])
+def test_int16_inputs_stay_close_to_fp32_inputs(k):
+    """The inputs' rounding (at most half of 1/32767 of their block's largest) moves the result
+    far less than the weights' own int8 rounding does."""
+    gen = torch.Generator().manual_seed(k)
+    x = _outlier_inputs(5, k, gen)
+    w = torch.randn(24, k, generator=gen)
+    q, scale = quant_linear.quantize(w)
+    exact = x @ w.t()
+    fp32_inputs = reference.linear(x, q, scale)
+    int16_inputs = reference.linear_a16(x, q, scale)
+    weight_error = (fp32_inputs - exact).norm()
+    input_error = (int16_inputs - fp32_inputs).norm()
+    assert 0 < input_error < weight_error / 50
+
+
+def test_int16_input_quantizer_rounds_each_block_on_its_own():
+    x = torch.zeros(2, 600)
+    x[0, :256] = torch.linspace(-3, 3, 256)
+    x[0, 256:512] = 1e-3 * torch.linspace(-1, 1, 256)  # a quiet block keeps its own resolution
+    x[1, 512:] = 7.0
+    xq, s = reference.quantize_inputs(x)
+    assert xq.dtype == torch.int16 and s.shape == (2, 3)
+    assert int(xq.abs().max()) == 32767
+    assert torch.allclose(s[0], torch.tensor([3.0, 1e-3, 0.0]) / 32767)
+    assert torch.equal(s[1, :2], torch.zeros(2)) and (xq[1, 512:] == 32767).all()
+    back = xq.float() * s.repeat_interleave(256, dim=1)[:, :600]
+    assert ((back - x).abs() <= s.repeat_interleave(256, dim=1)[:, :600] / 2 * (1 + 1e-5)).all()
+
+
+@pytest.mark.parametrize("k,n", [(1536, 40), (520, 33), (13, 7)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_int16_input_rows_do_not_depend_on_how_many_are_computed_together(backend, k, n, dtype):
+    """Batch invariance of the int8 target's kernel, 1 to 12 rows (decoding, every verification
+    tile shape, and the prefill path)."""
+    gen = torch.Generator().manual_seed(k + n)
+    x = _outlier_inputs(12, k, gen).to(dtype)
+    q, scale = quant_linear.quantize(torch.randn(n, k, generator=gen))
+    b = torch.randn(n, generator=gen)
+    alone = torch.cat([quant_linear.linear_a16(x[i:i + 1], q, scale, b) for i in range(12)])
+    for m in range(1, 13):
+        assert torch.equal(quant_linear.linear_a16(x[:m], q, scale, b), alone[:m]), m

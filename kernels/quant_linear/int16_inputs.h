@@ -1,0 +1,202 @@
+// int8 weights x int16-quantized inputs, for int8 targets (see reference.py, linear_a16).
+//
+// Why: an int8 target's verification of a few rows was bound by arithmetic, not memory. With
+// fp32 inputs every weight is widened to fp32 (two instructions per 8) and then needs one FMA
+// per 8 weights per row. Quantizing the inputs to int16 (one scale per kBlock values, error
+// below half of 1/32767 of the block's largest input, far below the weight's own rounding)
+// lets vpmaddwd multiply 16 weights by 16 inputs in one instruction with exact integer sums,
+// and a weight widens to int16 in one. One 1536 -> 8960 layer from memory, 2 threads: 4 rows
+// 1.34 -> 1.05 ms, 5 rows 1.66 -> 1.28, 9 rows 2.62 -> 2.12; one row 0.95 -> 0.89.
+//
+// Batch invariance: a row's inputs are quantized on their own, its integer sums within a block
+// are exact whatever the order, and the fp32 sums over blocks run in the same order (per lane,
+// then one fixed horizontal sum) in every tile shape. So a row's result does not depend on how
+// many rows are computed with it, as kernels/quant_linear promises.
+#pragma once
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "avx2_common.h"
+
+namespace tandem_a16 {
+
+constexpr int64_t kBlock = 256;  // inputs per scale; a power of two, a multiple of 16
+// Exact int32 sums: a block adds at most kBlock/2 products pairs per lane of |q| <= 127 times
+// |x| <= 32767, 2^31 / (2 * 127 * 32767) ~ 258 pairs.
+static_assert(kBlock % 16 == 0 && (kBlock & (kBlock - 1)) == 0 && kBlock / 2 <= 258, "block");
+
+inline int64_t blocks(int64_t K) { return (K + kBlock - 1) / kBlock; }
+
+// X [M, K] fp32 -> Q [M, K] int16 and S [M, blocks(K)]: per block s = amax / 32767,
+// q = round_half_even(x * (32767 / amax)) (0 where the block is all zeros).
+inline void quantize_rows(const float* X, int64_t M, int64_t K, int16_t* Q, float* S) {
+  const int64_t nb = blocks(K);
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int64_t m = 0; m < M; ++m) {
+    const float* x = X + m * K;
+    int16_t* q = Q + m * K;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t k0 = b * kBlock, k1 = std::min(K, k0 + kBlock);
+      __m256 mx = _mm256_setzero_ps();
+      int64_t k = k0;
+      for (; k + 8 <= k1; k += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(x + k), absmask));
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+      float amax = _mm_cvtss_f32(h);
+      for (; k < k1; ++k) amax = std::max(amax, std::fabs(x[k]));
+      S[m * nb + b] = amax / 32767.0f;
+      const float inv = amax > 0 ? 32767.0f / amax : 0.0f;
+      const __m256 vinv = _mm256_set1_ps(inv);
+      k = k0;
+      for (; k + 16 <= k1; k += 16) {  // the default rounding mode: to nearest, ties to even
+        const __m256i a = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
+        const __m256i c = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k + 8), vinv));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + k),
+                            _mm256_permute4x64_epi64(_mm256_packs_epi32(a, c), 0xD8));
+      }
+      for (; k < k1; ++k) q[k] = static_cast<int16_t>(std::nearbyint(x[k] * inv));
+    }
+  }
+}
+
+// A block's int32 sums, scaled by its input scales, into the fp32 sums; the int32 sums restart.
+#define TANDEM_A16_FLUSH(b)                                                                     \
+  for (int j = 0; j < MR; ++j) {                                                               \
+    const __m256 s_ = _mm256_broadcast_ss(XS + (m + j) * nb + (b));                            \
+    for (int i = 0; i < NR; ++i) {                                                             \
+      float* a_ = sums + (i * MR + j) * 8;                                                     \
+      _mm256_store_ps(a_, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), s_, _mm256_load_ps(a_))); \
+      acc[i][j] = _mm256_setzero_si256();                                                      \
+    }                                                                                          \
+  }
+
+// NR weight rows x MR input rows. Registers: NR*MR int32 sums + NR widened weight vectors + one
+// product (the inputs are read from L1 as memory operands), so NR*MR + NR <= 15. The fp32 sums
+// over blocks stay in memory (L1): in registers they would push the int32 sums out.
+template <int NR, int MR>
+inline void tile(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
+                 int64_t m, int64_t n, int64_t n_end, int64_t K, int64_t N, bool may_prefetch) {
+  const int64_t nb = blocks(K);
+  alignas(32) float sums[NR * MR * 8] = {};
+  __m256i acc[NR][MR];
+  for (int i = 0; i < NR; ++i)
+    for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_si256();
+  const bool prefetch = may_prefetch && n + 2 * NR <= n_end;
+  // One loop over k, blocks flushed inside it, the flush a macro, no code after the loop: with
+  // the blocks as a loop of their own, a lambda, or a tail loop after it, GCC kept the int32
+  // sums in memory (2x slower).
+  for (int64_t k = 0; k < K; k += 16) {  // K % 16 == 0 (linear_into)
+    // The next tile's NR rows are NR*K contiguous bytes: fetch them as one run (int8_gemm.h).
+    if (prefetch && ((k * NR) & 63) < NR * 16)
+      _mm_prefetch(reinterpret_cast<const char*>(W + (n + NR) * K + k * NR), _MM_HINT_T0);
+    __m256i wv[NR];
+    for (int i = 0; i < NR; ++i)
+      wv[i] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(W + (n + i) * K + k)));
+    for (int j = 0; j < MR; ++j) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(X + (m + j) * K + k));
+      for (int i = 0; i < NR; ++i) acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(wv[i], xv));
+    }
+    if (((k + 16) & (kBlock - 1)) == 0 || k + 16 == K) TANDEM_A16_FLUSH(k / kBlock)
+  }
+  for (int i = 0; i < NR; ++i)
+    for (int j = 0; j < MR; ++j)
+      // An explicit fma: left to the compiler, some tile shapes fused it and others did not.
+      O[(m + j) * N + n + i] = std::fma(tandem_avx2::hsum(_mm256_load_ps(sums + (i * MR + j) * 8)), S[n + i], B ? B[n + i] : 0.0f);
+}
+
+template <int NR, int MR>
+inline void rows(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
+                 int64_t m, int64_t n0, int64_t n1, int64_t K, int64_t N, bool may_prefetch) {
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) tile<NR, MR>(X, XS, W, S, B, O, m, n, n1, K, N, may_prefetch);
+  for (; n < n1; ++n) tile<1, MR>(X, XS, W, S, B, O, m, n, n1, K, N, false);
+}
+
+// Chunks of MR1, MRS... input rows against the same NR weight rows, one after the other; later
+// chunks find the weights in L1 (only the first prefetches). As in int8_gemm.h.
+template <int NR, int MR1, int... MRS>
+inline void split_rows(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
+                       int64_t n0, int64_t n1, int64_t K, int64_t N) {
+  int64_t n = n0;
+  for (; n + NR <= n1; n += NR) {
+    tile<NR, MR1>(X, XS, W, S, B, O, 0, n, n1, K, N, true);
+    int64_t m = MR1;
+    ((tile<NR, MRS>(X, XS, W, S, B, O, m, n, n1, K, N, false), m += MRS), ...);
+  }
+  for (; n < n1; ++n) {
+    tile<1, MR1>(X, XS, W, S, B, O, 0, n, n1, K, N, false);
+    int64_t m = MR1;
+    ((tile<1, MRS>(X, XS, W, S, B, O, m, n, n1, K, N, false), m += MRS), ...);
+  }
+}
+
+// Widths that are not a multiple of 16 (none in the supported models): one output at a time,
+// the same arithmetic for every number of rows.
+inline void linear_scalar(const int16_t* X, const float* XS, int64_t M, int64_t K, const int8_t* W, const float* S,
+                          const float* B, int64_t N, float* O) {
+  const int64_t nb = blocks(K);
+  at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; ++n)
+      for (int64_t m = 0; m < M; ++m) {
+        float sum = 0.0f;
+        for (int64_t b = 0; b < nb; ++b) {
+          int32_t t = 0;
+          for (int64_t k = b * kBlock; k < std::min(K, (b + 1) * kBlock); ++k) t += int32_t(W[n * K + k]) * X[m * K + k];
+          sum = std::fma(static_cast<float>(t), XS[m * nb + b], sum);
+        }
+        O[m * N + n] = std::fma(sum, S[n], B ? B[n] : 0.0f);
+      }
+  });
+}
+
+// O[M, N] = sum over blocks of (Xq . W^T) * XS, times S[N], + B[N]; parallel over N.
+inline void linear_into(const float* Xf, int64_t M, int64_t K, const int8_t* W, const float* S,
+                        const float* B, int64_t N, float* O) {
+  std::vector<int16_t> q(M * K);
+  std::vector<float> qs(M * blocks(K));
+  quantize_rows(Xf, M, K, q.data(), qs.data());
+  const int16_t* X = q.data();
+  const float* XS = qs.data();
+  if (K % 16 != 0) return linear_scalar(X, XS, M, K, W, S, B, N, O);
+  const int64_t grain = std::max<int64_t>(64, (32 << 10) / std::max<int64_t>(K, 1));
+  if (M <= 9) {  // decoding and verification (a draft of up to 8 tokens plus one)
+    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
+      switch (M) {
+        case 1: rows<4, 1>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
+        case 2: rows<4, 2>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
+        case 3: rows<3, 3>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
+        case 4: rows<2, 4>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
+        case 5: rows<2, 5>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
+        case 6: split_rows<3, 3, 3>(X, XS, W, S, B, O, n0, n1, K, N); break;
+        case 7: split_rows<3, 3, 2, 2>(X, XS, W, S, B, O, n0, n1, K, N); break;
+        case 8: split_rows<3, 3, 3, 2>(X, XS, W, S, B, O, n0, n1, K, N); break;
+        default: split_rows<3, 3, 3, 3>(X, XS, W, S, B, O, n0, n1, K, N); break;
+      }
+    });
+    return;
+  }
+  constexpr int64_t kRows = 16;  // weight rows kept in L1/L2 while every input row uses them
+  at::parallel_for(0, N, grain, [&](int64_t n_begin, int64_t n_end) {
+    for (int64_t n0 = n_begin; n0 < n_end; n0 += kRows) {
+      const int64_t n1 = std::min(n0 + kRows, n_end);
+      int64_t m = 0;
+      for (; m + 4 <= M; m += 4) rows<2, 4>(X, XS, W, S, B, O, m, n0, n1, K, N, false);
+      switch (M - m) {
+        case 3: rows<3, 3>(X, XS, W, S, B, O, m, n0, n1, K, N, false); break;
+        case 2: rows<4, 2>(X, XS, W, S, B, O, m, n0, n1, K, N, false); break;
+        case 1: rows<4, 1>(X, XS, W, S, B, O, m, n0, n1, K, N, false); break;
+        default: break;
+      }
+    }
+  });
+}
+
+#undef TANDEM_A16_FLUSH
+
+}  // namespace tandem_a16
