@@ -258,8 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     def model_options(p):
         p.add_argument("--precision", choices=["exact", "fast", "int8", "int4"], default="fast",
                        help="exact: fp32, greedy output token-identical; fast: bf16; int8 / int4: the target's weights"
-                            " quantized (smaller, faster on a CPU, output different from bf16, int4 more so: its layers"
-                            " also round their inputs to int8, as llama.cpp's Q4 formats do; speculation stays"
+                            " quantized (smaller, faster on a CPU, output different from bf16; int8 layers round their inputs"
+                            " to int16, int4 ones to int8 as llama.cpp's Q4 formats do, and int4 changes the model"
+                            " more; speculation stays"
                             " token-identical to plain decoding of the quantized target)")
         p.add_argument("--target", help="model folder (default: the offline Qwen2.5-Coder 1.5B)")
         p.add_argument("--drafter-model", help="draft model folder, or a Gemma 4 -assistant folder for a Gemma 4"

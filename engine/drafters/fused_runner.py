@@ -89,6 +89,8 @@ class FusedRunner:
                 layer.post_attention_layernorm.weight.float(),
                 w(g), g.scale, w(u), u.scale, w(d), d.scale,
                 offsets if any(isinstance(p, Int4Linear) for p in parts) else [],
+                # int8 targets' layers round their inputs to int16 (Int8Linear.int16_inputs).
+                any(isinstance(p, Int8Linear) and p.int16_inputs for p in parts),
             ))
         self.head_dim = decoder.layers[0].self_attn.q_proj.out_features // self.n_heads
         self._capacity = initial_capacity
@@ -126,9 +128,9 @@ class FusedRunner:
         cos = (angles.cos() * self.rope_scale).contiguous()
         sin = (angles.sin() * self.rope_scale).contiguous()
         for i, weights in enumerate(self.layers):
-            *layer, offsets = weights
+            *layer, offsets, int16_inputs = weights
             draft_decoder.decoder_layer(x, *layer, self.k[i], self.v[i], cos, sin, self.length, self.n_heads, self.n_kv, self.eps,
-                                        offsets)
+                                        offsets, int16_inputs)
         self.length = end
         return rms_norm(x[-n_last:], self.final_norm, self.eps)
 

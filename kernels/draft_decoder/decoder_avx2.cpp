@@ -4,6 +4,7 @@
 // overhead is a sizeable part of a draft step once the weights are int8. The contract is
 // kernels/draft_decoder/reference.py.
 #include "int8_gemm.h"
+#include "int16_inputs.h"
 #include "int4_gemm.h"
 
 #include <cmath>
@@ -116,6 +117,7 @@ struct Weight {
   const torch::Tensor& w;
   const torch::Tensor& s;
   const torch::Tensor* off;  // int4 offsets, or nullptr
+  bool int16_inputs;         // int8 targets: inputs rounded to int16 (quant_linear's linear_a16)
   bool int4() const { return w.scalar_type() == at::kByte; }
   int64_t out_features() const { return int4() ? w.size(0) * 4 : s.numel(); }
 };
@@ -126,6 +128,7 @@ void check(const Weight& w, int64_t K) {
     tandem_int4::check_weight(w.w, w.s, *w.off, K);
   } else {
     tandem_int8::check_weight(w.w, w.s, K);
+    TORCH_CHECK(!w.int16_inputs || w.w.dim() == 2, "int16 inputs need the row layout [N, K]");
   }
 }
 
@@ -134,6 +137,8 @@ void lin(const float* h, int64_t M, int64_t K, const Weight& w, const c10::optio
   if (w.int4())
     tandem_int4::linear_into(h, M, K, w.w.data_ptr<uint8_t>(), w.s.data_ptr<float>(), tandem_int4::half_ptr(*w.off),
                              opt_ptr(b), w.out_features(), out);
+  else if (w.int16_inputs)
+    tandem_a16::linear_into(h, M, K, w.w.data_ptr<int8_t>(), w.s.data_ptr<float>(), opt_ptr(b), w.out_features(), out);
   else
     tandem_int8::linear_into_any(h, M, K, w.w, w.s.data_ptr<float>(), opt_ptr(b), w.out_features(), out);
 }
@@ -151,12 +156,14 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
                    torch::Tensor wg, torch::Tensor sg, torch::Tensor wu, torch::Tensor su,
                    torch::Tensor wd, torch::Tensor sd,
                    torch::Tensor kc, torch::Tensor vc, torch::Tensor cos, torch::Tensor sin,
-                   int64_t pos0, int64_t n_heads, int64_t n_kv, double eps, std::vector<torch::Tensor> offsets) {
+                   int64_t pos0, int64_t n_heads, int64_t n_kv, double eps, std::vector<torch::Tensor> offsets,
+                   bool int16_inputs) {
   TORCH_CHECK(x.scalar_type() == at::kFloat && x.dim() == 2 && x.is_contiguous(), "x must be [M, H] fp32");
   TORCH_CHECK(offsets.empty() || offsets.size() == 7, "offsets: none, or one per linear layer (q, k, v, o, gate, up, down)");
   auto off = [&](int i) -> const torch::Tensor* { return offsets.empty() ? nullptr : &offsets[i]; };
-  const Weight Wq{wq, sq, off(0)}, Wk{wk, sk, off(1)}, Wv{wv, sv, off(2)}, Wo{wo, so, off(3)};
-  const Weight Wg{wg, sg, off(4)}, Wu{wu, su, off(5)}, Wd{wd, sd, off(6)};
+  const bool a16 = int16_inputs;
+  const Weight Wq{wq, sq, off(0), a16}, Wk{wk, sk, off(1), a16}, Wv{wv, sv, off(2), a16}, Wo{wo, so, off(3), a16};
+  const Weight Wg{wg, sg, off(4), a16}, Wu{wu, su, off(5), a16}, Wd{wd, sd, off(6), a16};
   const int64_t M = x.size(0), H = x.size(1);
   const int64_t D = Wq.out_features() / n_heads, I = Wg.out_features(), cap = kc.size(1);
   check(Wq, H); check(Wk, H); check(Wv, H); check(Wo, n_heads * D);

@@ -16,8 +16,12 @@ x and the caches are updated in place. Weights are (q int8 [N, K], scale fp32 [N
 kernels.quant_linear makes them (q possibly packed), or int4 (packed, scale) pairs as
 kernels.int4_linear makes them, with their offsets in ``offsets`` (one per layer: q, k, v, o,
 gate, up, down; empty when every layer is int8); biases (q, k, v, o only) fp32 or None.
+``int16_inputs``: int8 layers round their inputs to int16 first (kernels.quant_linear's
+``linear_a16``; int8 targets, row layout).
 """
 from __future__ import annotations
+
+import functools
 
 import torch
 
@@ -25,9 +29,11 @@ from kernels.int4_linear import reference as int4
 from kernels.quant_linear import reference as int8
 
 
-def _linear(h, w, s, b=None, offset=None):
+def _layer_linear(h, w, s, b=None, offset=None, int16_inputs=False):
     if w.dtype == torch.uint8:
         return int4.linear(h, w, s, offset, b)
+    if int16_inputs:
+        return int8.linear_a16(h, w, s, b)
     return int8.linear(h, w, s, b)
 
 
@@ -47,8 +53,10 @@ def rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 
 
 def decoder_layer(x, ln1, wq, sq, bq, wk, sk, bk, wv, sv, bv, wo, so, bo, ln2, wg, sg, wu, su, wd, sd,
-                  kc, vc, cos, sin, pos0: int, n_heads: int, n_kv: int, eps: float, offsets=()) -> None:
+                  kc, vc, cos, sin, pos0: int, n_heads: int, n_kv: int, eps: float, offsets=(),
+                  int16_inputs: bool = False) -> None:
     oq, ok, ov, oo, og, ou, od = offsets or (None,) * 7
+    _linear = functools.partial(_layer_linear, int16_inputs=int16_inputs)
     m = x.shape[0]
     d = out_features(wq, sq) // n_heads
     h = rms_norm(x, ln1, eps)
