@@ -75,7 +75,7 @@ class SelfTest:
             f"self-test: OK: plain and speculative outputs identical ({len(plain.token_ids)} tokens, "
             f"{spec.stats.accepted}/{spec.stats.drafted} drafted tokens accepted, "
             f"{spec.stats.target_passes} target passes instead of {plain.stats.target_passes}); "
-            f"CPU linear kernel: {_linear_backend()}"
+            f"CPU kernels: {_cpu_kernels()}"
         )
         for line in (report, _where()):
             log.info(line)
@@ -103,13 +103,14 @@ class SelfTest:
         self.tmp.cleanup()
 
 
-def _linear_backend() -> str:
-    """Which bf16 linear kernel 'fast' mode would use here: reported, not required (the
-    reference kernel is a correct fallback where the compiled one cannot load)."""
+def _cpu_kernels() -> str:
+    """The backend each CPU kernel runs on here ('cpu_avx2': compiled, or shipped prebuilt in a
+    packaged app; 'reference': stock PyTorch). Reported, not required: the reference kernels are
+    a correct fallback where the compiled ones cannot load."""
     try:
-        from engine.fast_linear import backend_name
+        from kernels import cpu_kernel_report
 
-        return backend_name()
+        return cpu_kernel_report()
     except Exception as exc:  # the report must not turn a passing self-test into a crash
         return f"unavailable ({type(exc).__name__}: {exc})"
 

@@ -48,12 +48,10 @@ def _session(args, need_drafter=True):
 def cmd_setup(args) -> int:
     default_model_paths(None, None)
     from engine import default_pair
-    from kernels import attention, draft_decoder, int4_linear, linear, quant_linear
+    from kernels import cpu_kernel_report
 
     # Compiles them once, now, rather than on the first request (or inside a timed test).
-    print("CPU kernels: linear", ", ".join(linear.available_backends()), "| int8 linear", ", ".join(quant_linear.available_backends()),
-          "| int8 drafter layer", ", ".join(draft_decoder.available_backends()), "| attention", ", ".join(attention.available_backends()),
-          "| int4 linear", ", ".join(int4_linear.available_backends()))
+    print("CPU kernels:", cpu_kernel_report())
     print("default model pair ready:", *default_pair.installed_paths(), sep="\n  ")
     return 0
 

@@ -1,13 +1,21 @@
 """Compile a kernel package's AVX2 extension with torch's cpp_extension (on first use; the
-set-up does it ahead of time, so a request or a timed test never waits for a compiler)."""
+set-up does it ahead of time, so a request or a timed test never waits for a compiler).
+
+A packaged (frozen) app has no compiler and no torch headers, so it never compiles: the build
+compiles every package's module once and ships it in ``kernels/<package>/prebuilt/``
+(packaging/tandem.spec), and ``compile_avx2`` loads it from there. Without it the package's
+backends fall back to its reference kernel (correct, slower)."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
+import sys
 from pathlib import Path
 
 import torch
 
 COMMON = Path(__file__).with_name("avx2_common.h")  # helpers every AVX2 kernel includes
+PREBUILT = "prebuilt"  # the folder, next to a package's source, that a packaged app ships its module in
 
 
 def cpu_supports_avx2() -> bool:
@@ -21,6 +29,8 @@ def compile_avx2(name: str, source: Path, headers: tuple[Path, ...] = (), extra_
     torch's extension dir, and two of them under one name would rebuild each other's copy on
     every load; a changed source gets its own build. ``extra_cflags``: more ISA flags (-mf16c);
     every AVX2 CPU has F16C."""
+    if getattr(sys, "frozen", False):
+        return load_prebuilt(name, source.with_name(PREBUILT))
     from torch.utils.cpp_extension import load
 
     digest = hashlib.sha256(str(source).encode() + source.read_bytes() + b"".join(h.read_bytes() for h in headers))
@@ -32,3 +42,17 @@ def compile_avx2(name: str, source: Path, headers: tuple[Path, ...] = (), extra_
         extra_ldflags=["-fopenmp"],
         verbose=False,
     )
+
+
+
+def load_prebuilt(name: str, folder: Path):
+    """The module compiled ahead of time as ``name`` (any digest) in ``folder``."""
+    found = sorted(folder.glob(f"{name}_*.*")) if folder.is_dir() else []
+    if not found:
+        raise RuntimeError(f"this build carries no compiled CPU kernel {name}")
+    # The module's init symbol is named after the name it was compiled under: load it by that name.
+    module_name = found[0].name.split(".")[0]
+    spec = importlib.util.spec_from_file_location(module_name, found[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

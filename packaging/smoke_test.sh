@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of the built app folder (make package-smoke). Headless, about a minute:
 #  1. tandem-app --self-test: a tiny model pair, generated with and without speculation, outputs
-#     identical, screenshot written, exit 0; with the user's real dirs, so it also shows that the
+#     identical, screenshot written, exit 0, every CPU kernel the compiled one (on AVX2); with the user's real dirs, so it also shows that the
 #     bundle finds the same cache (default model pair) and Hugging Face cache as a source install
 #  2. a hard crash (SIGSEGV) of the running app leaves a readable traceback in crash.log
 #  3. install.sh puts a launcher and metainfo that desktop-file-validate / appstreamcli accept
@@ -22,6 +22,10 @@ timeout 900 "$app/tandem-app" --self-test "$tmp/self-test.png" >"$tmp/out.txt" 2
   echo "FAILED (exit $?)"; cat "$tmp/out.txt"; tail -n 40 "$tmp/err.txt"; exit 1; }
 cat "$tmp/out.txt"
 [ -s "$tmp/self-test.png" ] || { echo "FAILED: no screenshot"; exit 1; }
+# On an AVX2 machine every CPU kernel must be the compiled one the bundle ships (prebuilt/).
+if grep -qw avx2 /proc/cpuinfo 2>/dev/null && grep -q "CPU kernels:.*reference" "$tmp/out.txt"; then
+  echo "FAILED: a CPU kernel fell back to the reference (not shipped in prebuilt/?)"; exit 1
+fi
 echo "    passed in $(( $(date +%s) - start )) s, screenshot $(stat -c %s "$tmp/self-test.png") bytes"
 
 echo "==> 2. crash log"
