@@ -1,10 +1,9 @@
 """AVX2 + FMA backend, compiled on first use with torch's cpp_extension (cached in torch's
-extensions dir; `tandem setup` builds it ahead of time). A frozen app has no compiler: there the
-backend is unavailable and the model keeps PyTorch's own attention."""
+extensions dir; `tandem setup` builds it ahead of time). A packaged app loads the module its
+build shipped (kernels/build.py); without it the model keeps PyTorch's own attention."""
 from __future__ import annotations
 
 import functools
-import sys
 from pathlib import Path
 
 import torch
@@ -15,7 +14,7 @@ SOURCE = Path(__file__).with_name("attention_avx2.cpp")
 
 
 def available() -> bool:
-    if getattr(sys, "frozen", False) or not cpu_supports_avx2():
+    if not cpu_supports_avx2():
         return False
     _module()
     return True
