@@ -44,7 +44,6 @@ def compile_avx2(name: str, source: Path, headers: tuple[Path, ...] = (), extra_
     )
 
 
-
 def load_prebuilt(name: str, folder: Path):
     """The module compiled ahead of time as ``name`` (any digest) in ``folder``."""
     found = sorted(folder.glob(f"{name}_*.*")) if folder.is_dir() else []

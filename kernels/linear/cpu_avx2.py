@@ -6,15 +6,13 @@ kernels.linear falls back to the reference kernel.
 from __future__ import annotations
 
 import functools
-import sys
 from pathlib import Path
 
 import torch
 
-from kernels.build import COMMON, PREBUILT as PREBUILT_DIR, compile_avx2, cpu_supports_avx2, load_prebuilt
+from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("linear_avx2.cpp")
-PREBUILT = Path(__file__).with_name(PREBUILT_DIR)
 NAME = "tandem_linear_avx2"
 
 
@@ -27,8 +25,6 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    if getattr(sys, "frozen", False):
-        return load_prebuilt(NAME, PREBUILT)
     return compile_avx2(NAME, SOURCE, (COMMON,))
 
 

@@ -11,7 +11,8 @@ from kernels.linear import cpu_avx2, reference
 
 def test_frozen_app_without_prebuilt_kernel_uses_the_reference(monkeypatch, tmp_path, caplog):
     monkeypatch.setattr(sys, "frozen", True, raising=False)
-    monkeypatch.setattr(cpu_avx2, "PREBUILT", tmp_path / "prebuilt")  # empty: nothing shipped
+    # A source whose folder holds no prebuilt/: nothing shipped (kernels.build looks beside it).
+    monkeypatch.setattr(cpu_avx2, "SOURCE", tmp_path / "linear_avx2.cpp")
     monkeypatch.setattr(linear_kernels, "backends", CpuBackends("linear", reference, "CPU linear"))  # not probed yet
     monkeypatch.delenv("TANDEM_NO_CPU_KERNELS", raising=False)
     cpu_avx2._module.cache_clear()
