@@ -10,6 +10,7 @@ from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 SOURCE = Path(__file__).with_name("decoder_avx2.cpp")
 HEADER = SOURCE.parent.parent / "quant_linear" / "int8_gemm.h"
 INT16_INPUTS = HEADER.with_name("int16_inputs.h")
+INT16_INPUTS_VNNI = HEADER.with_name("int16_inputs_vnni.h")
 INT4_HEADER = SOURCE.parent.parent / "int4_linear" / "int4_gemm.h"
 
 
@@ -22,7 +23,7 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER, INT16_INPUTS, INT4_HEADER, COMMON), ("-mf16c",))
+    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER, INT16_INPUTS, INT16_INPUTS_VNNI, INT4_HEADER, COMMON), ("-mf16c",))
 
 
 def decoder_layer(*args) -> None:

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "avx2_common.h"
+#include "int16_inputs_vnni.h"
 
 namespace tandem_a16 {
 
@@ -31,6 +32,23 @@ constexpr int64_t kBlock = 256;  // inputs per scale; a power of two, a multiple
 static_assert(kBlock % 16 == 0 && (kBlock & (kBlock - 1)) == 0 && kBlock / 2 <= 258, "block");
 
 inline int64_t blocks(int64_t K) { return (K + kBlock - 1) / kBlock; }
+
+// Whether the AVX-512 VNNI tiles (int16_inputs_vnni.h) run where the CPU has them and K is a
+// multiple of their step. On by default; tests turn it off to check the AVX2 tiles too. A
+// process keeps one setting while it decodes, so plain decoding and verification agree.
+inline bool& vnni_enabled() {
+  static bool on = true;
+  return on;
+}
+
+inline bool cpu_has_vnni() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+inline bool use_vnni(int64_t K) { return vnni_enabled() && cpu_has_vnni() && K % tandem_a16_vnni::kStep == 0; }
 
 // X [M, K] fp32 -> Q [M, K] int16 and S [M, blocks(K)]: per block s = amax / 32767,
 // q = round_half_even(x * (32767 / amax)) (0 where the block is all zeros).
@@ -164,6 +182,7 @@ inline void linear_into(const float* Xf, int64_t M, int64_t K, const int8_t* W, 
   const int16_t* X = q.data();
   const float* XS = qs.data();
   if (K % 16 != 0) return linear_scalar(X, XS, M, K, W, S, B, N, O);
+  if (use_vnni(K)) return tandem_a16_vnni::linear_into(X, XS, M, K, W, S, B, N, O, kBlock);
   const int64_t grain = std::max<int64_t>(64, (32 << 10) / std::max<int64_t>(K, 1));
   if (M <= 9) {  // decoding and verification (a draft of up to 8 tokens plus one)
     at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {

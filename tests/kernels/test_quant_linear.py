@@ -98,15 +98,45 @@ def test_packed_weights_give_the_same_result(backend, m, k, n, bias):
 # int16 inputs (linear_a16, int8 targets): the inputs are quantized per 256 values, the
 # products summed exactly in integers.
 
+def _cpu_flags() -> set[str]:
+    from pathlib import Path
+    cpuinfo = Path("/proc/cpuinfo")
+    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
+    return set(next((line for line in lines if line.startswith("flags")), "").split())
+
+
+HAS_VNNI = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= _cpu_flags()
+A16_KERNELS = [b for b in quant_linear.available_backends()]
+A16_KERNELS += ["cpu_avx2/avx512_vnni"] if "cpu_avx2" in A16_KERNELS and HAS_VNNI else []
+
+
+@pytest.fixture(params=A16_KERNELS)
+def a16_kernel(request):
+    """Every backend; the compiled one twice where the CPU has AVX-512 VNNI: its AVX2 tiles and
+    its VNNI tiles."""
+    name, _, tiles = request.param.partition("/")
+    previous = quant_linear.active_backend()
+    quant_linear.use_backend(name)
+    if name == "cpu_avx2":
+        from kernels.quant_linear import cpu_avx2
+        cpu_avx2.a16_allow_vnni(tiles == "avx512_vnni")
+        assert cpu_avx2.a16_isa() == (tiles or "avx2")
+    yield request.param
+    if name == "cpu_avx2":
+        cpu_avx2.a16_allow_vnni(True)
+    quant_linear.use_backend(previous)
+
+
 def _outlier_inputs(m, k, gen):
     """Inputs spanning four decades, as a transformer's activations do (a few large channels)."""
     return torch.randn(m, k, generator=gen) * torch.logspace(-2, 2, k)[torch.randperm(k, generator=gen)]
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 8, 9, 13])
-@pytest.mark.parametrize("k,n,bias", [(1536, 40, True), (520, 33, False), (13, 7, True), (300, 16, False)])
+@pytest.mark.parametrize("k,n,bias", [(1536, 40, True), (4864, 23, False), (520, 33, False), (13, 7, True),
+                                      (300, 16, False)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_int16_input_backend_matches_reference(backend, m, k, n, bias, dtype):
+def test_int16_input_backend_matches_reference(a16_kernel, m, k, n, bias, dtype):
     gen = torch.Generator().manual_seed(m * 1000 + k + n)
     x = _outlier_inputs(m, k, gen).to(dtype)
     q, scale = quant_linear.quantize(torch.randn(n, k, generator=gen))
@@ -149,15 +179,22 @@ def test_int16_input_quantizer_rounds_each_block_on_its_own():
     assert ((back - x).abs() <= s.repeat_interleave(256, dim=1)[:, :600] / 2 * (1 + 1e-5)).all()
 
 
-@pytest.mark.parametrize("k,n", [(1536, 40), (520, 33), (13, 7)])
+@pytest.mark.parametrize("k,n", [(1536, 40), (4864, 23), (520, 33), (13, 7)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_int16_input_rows_do_not_depend_on_how_many_are_computed_together(backend, k, n, dtype):
-    """Batch invariance of the int8 target's kernel, 1 to 12 rows (decoding, every verification
-    tile shape, and the prefill path)."""
+def test_int16_input_rows_do_not_depend_on_how_many_are_computed_together(a16_kernel, k, n, dtype):
+    """Batch invariance of the int8 target's kernel, 1 to 20 rows (decoding, every verification
+    tile shape, and the prefill path), for each tile set."""
     gen = torch.Generator().manual_seed(k + n)
-    x = _outlier_inputs(12, k, gen).to(dtype)
+    x = _outlier_inputs(20, k, gen).to(dtype)
     q, scale = quant_linear.quantize(torch.randn(n, k, generator=gen))
     b = torch.randn(n, generator=gen)
-    alone = torch.cat([quant_linear.linear_a16(x[i:i + 1], q, scale, b) for i in range(12)])
-    for m in range(1, 13):
+    alone = torch.cat([quant_linear.linear_a16(x[i:i + 1], q, scale, b) for i in range(20)])
+    for m in range(1, 21):
         assert torch.equal(quant_linear.linear_a16(x[:m], q, scale, b), alone[:m]), m
+
+
+def test_vnni_tiles_run_where_the_cpu_has_them():
+    if "cpu_avx2" not in quant_linear.available_backends():
+        pytest.skip("no compiled kernel on this CPU")
+    from kernels.quant_linear import cpu_avx2
+    assert cpu_avx2.a16_isa() == ("avx512_vnni" if HAS_VNNI else "avx2")
