@@ -57,6 +57,22 @@ def _ours(events) -> dict:
     }
 
 
+def _speculative(session: Session, ids: list[int], settings: DecodeSettings, drafter: DrafterKind) -> dict:
+    spec = _ours(session.speculative(ids, settings, drafter))
+    s = spec["stats"]
+    spec.update(drafted=s["drafted"], accepted=s["accepted"], acceptance=s["acceptance"], mean_accepted_per_pass=s["mean_accepted_per_pass"], tokens_per_pass=s["tokens_per_pass"])
+    used = session.drafter(drafter)
+    if hasattr(used, "lookup_steps"):  # which source drafted each pass (LookupFirstDrafter)
+        spec.update(lookup_steps=used.lookup_steps, model_steps=used.model_steps)
+    return spec
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The run of median speed (the lower middle one of an even count), with every run's speed."""
+    ranked = sorted(runs, key=lambda r: r["tok_per_s"])
+    return {**ranked[(len(ranked) - 1) // 2], "tok_per_s_runs": [r["tok_per_s"] for r in runs]}
+
+
 @torch.inference_mode()
 def _hf(session: Session, prompt_ids: list[int], max_new_tokens: int, assisted: bool) -> dict:
     model = session.target.model
@@ -100,11 +116,15 @@ def _step_cost_ratio(plain: dict, spec: dict) -> dict:
 
 
 def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafter: DrafterKind = "model", progress=print,
-              hf: bool = True, agreement: bool = True, baseline: dict | None = None) -> dict:
+              hf: bool = True, agreement: bool = True, baseline: dict | None = None, repeats: int = 1) -> dict:
     """``hf``: also run transformers' plain and assisted generate as references. ``agreement``:
     also measure the drafter's teacher-forced agreement with the target's output, full vocabulary
     vs the reduced head (see engine.draft_agreement). ``baseline``: ``baseline_plain``'s result
-    for the same prompts, compared with this session's plain decoding."""
+    for the same prompts, compared with this session's plain decoding. ``repeats``: run plain
+    and speculative decoding of each prompt this many times, alternating, and report each one's
+    median run (on a shared machine one run's speed can be off by 30%)."""
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
     settings = DecodeSettings(max_new_tokens=max_new_tokens)
     warm_up(session, drafter)
     model_drafter = session.model_drafter if drafter == "model" else None
@@ -121,19 +141,19 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
     for item in prompts:
         ids = session.encode(item["prompt"])
         row = {"id": item["id"], "category": item["category"], "prompt_tokens": len(ids)}
-        row["plain"] = _ours(session.plain(ids, settings))
-        spec = _ours(session.speculative(ids, settings, drafter))
-        s = spec["stats"]
-        spec.update(drafted=s["drafted"], accepted=s["accepted"], acceptance=s["acceptance"], mean_accepted_per_pass=s["mean_accepted_per_pass"], tokens_per_pass=s["tokens_per_pass"])
-        used = session.drafter(drafter)
-        if hasattr(used, "lookup_steps"):  # which source drafted each pass (LookupFirstDrafter)
-            spec.update(lookup_steps=used.lookup_steps, model_steps=used.model_steps)
+        # Plain and speculative alternate, so a machine whose speed drifts slows both alike.
+        plains, specs = [], []
+        for _ in range(repeats):
+            plains.append(_ours(session.plain(ids, settings)))
+            specs.append(_speculative(session, ids, settings, drafter))
+        row["plain"], spec = _median_run(plains), _median_run(specs)
         row["speculative"] = spec
+        row["all_runs_identical"] = all(r["token_ids"] == plains[0]["token_ids"] for r in plains + specs)
         if hf:
             row["hf_plain"] = _hf(session, ids, max_new_tokens, assisted=False)
             if session.drafter_model is not None:
                 row["hf_assisted"] = _hf(session, ids, max_new_tokens, assisted=True)
-        row["identical"] = row["plain"]["token_ids"] == spec["token_ids"]
+        row["identical"] = row["plain"]["token_ids"] == spec["token_ids"] and row["all_runs_identical"]
         row["first_divergence"] = first_difference(row["plain"]["token_ids"], spec["token_ids"])
         row["speedup_vs_plain"] = spec["tok_per_s"] / row["plain"]["tok_per_s"]
         if baseline is not None and item["id"] in baseline["prompts"]:
@@ -157,7 +177,7 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
             + f"{'identical' if row['identical'] else 'DIFFERS at ' + str(row['first_divergence'])}"
         )
     options = session.drafter_options
-    return {"settings": {"max_new_tokens": max_new_tokens, "precision": session.precision, "drafter": drafter,
+    return {"settings": {"max_new_tokens": max_new_tokens, "precision": session.precision, "drafter": drafter, "repeats": repeats,
                          "threads": torch.get_num_threads(), "target": session.target.name,
                          "drafter_model": session.drafter_model.name if session.drafter_model else None,
                          "drafter_weights": session.drafter_model.weights if session.drafter_model else None,

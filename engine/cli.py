@@ -123,7 +123,7 @@ def cmd_bench(args) -> int:
         gc.collect()
     session = _session(args)
     report = run_bench(session, prompts, args.max_new_tokens, args.drafter, hf=not args.no_hf, agreement=not args.no_agreement,
-                       baseline=baseline)
+                       baseline=baseline, repeats=args.repeats)
     Path(args.json).write_text(json.dumps(report, indent=1))
     summary = {k: v for k, v in report["summary"].items() if k != "by_category"}
     print(json.dumps({"step_costs": report["step_costs"], **summary}, indent=1))
@@ -300,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--category", action="append", help="only prompts of this category (repeatable)")
     p.add_argument("--no-hf", action="store_true", help="skip transformers' generate reference runs")
     p.add_argument("--no-agreement", action="store_true", help="skip the teacher-forced drafter agreement")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="time plain and speculative decoding of each prompt this many times, alternating, "
+                        "and report the median run of each (for noisy, shared machines)")
     p.add_argument("--baseline-precision", choices=["exact", "fast", "int8", "int4"],
                    help="also time plain decoding of the same prompts at this precision, in the same run (e.g."
                         " --precision int8 --baseline-precision fast: what quantizing the target buys)")

@@ -19,6 +19,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "avx2_common.h"
@@ -34,10 +36,14 @@ static_assert(kBlock % 16 == 0 && (kBlock & (kBlock - 1)) == 0 && kBlock / 2 <= 
 inline int64_t blocks(int64_t K) { return (K + kBlock - 1) / kBlock; }
 
 // Whether the AVX-512 VNNI tiles (int16_inputs_vnni.h) run where the CPU has them and K is a
-// multiple of their step. On by default; tests turn it off to check the AVX2 tiles too. A
-// process keeps one setting while it decodes, so plain decoding and verification agree.
+// multiple of their step. On unless the environment says TANDEM_AVX512=0 (to measure the AVX2
+// tiles on the same machine); tests switch it per module. A process keeps one setting while it
+// decodes, so plain decoding and verification agree.
 inline bool& vnni_enabled() {
-  static bool on = true;
+  static bool on = [] {
+    const char* env = std::getenv("TANDEM_AVX512");
+    return env == nullptr || std::string(env) != "0";
+  }();
   return on;
 }
 
