@@ -95,7 +95,13 @@ class DraftLengthController:
             self._v0, self._v1, self._draft_step_s = known.v0, known.v1, known.draft_step_s
             self._catch_up_per_token = known.catch_up_per_token_s or None
             self._calibrated = True
-            paying = max(self.expected_speedup(k, acceptance=known.acceptance) for k in range(1, self.max_k + 1))
+            # Costs belong to the models and the machine; acceptance belongs to a request's text
+            # (code after prose). Start from the better of the prior and the last request's: seeded
+            # low, a request that speculation would suit started off, probed too rarely to find
+            # out in a short answer, and handed the same low figure to the next request, so one
+            # prose answer switched speculation off for the rest of a session (bench, session 9).
+            self._acc = max(prior_acceptance, known.acceptance) * self._tries
+            paying = max(self.expected_speedup(k) for k in range(1, self.max_k + 1))
             if paying < self.resume_margin:
                 self._probing = True  # off from the start; probes as usual
                 if not self.probing_pays():

@@ -243,3 +243,21 @@ def test_a_drafter_that_need_not_draft_reads_the_prompt_only_when_it_first_draft
             assert model_drafter.runner.length == 0 and result.stats.drafted == 0
         else:
             assert result.stats.drafted >= 1 and model_drafter.runner.length > len(prompt)
+
+
+def test_a_request_after_one_that_rejected_its_drafts_speculates_again(tiny_pair):
+    """Costs kept across requests (Session._costs) after a request whose drafts were all
+    rejected: the next request still drafts, and its output is still plain decoding's."""
+    from engine.draft_length import MeasuredCosts
+
+    tokenizer, target, drafter = tiny_pair
+    prompt = encode(tokenizer, PROMPTS[1])
+    settings = DecodeSettings(max_new_tokens=24)
+    plain = plain_ids(target, tokenizer, prompt, settings, set())
+    # Dear catch-ups: seeded with that acceptance, the request would not even probe.
+    costs = {"measured": MeasuredCosts(v0=1.0, v1=0.1, draft_step_s=0.1, acceptance=0.0, catch_up_per_token_s=1.5)}
+    result, _ = run_to_end(speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt, settings,
+                                              set(), costs=costs))
+    assert isinstance(result, Finished), result
+    assert result.token_ids == plain.token_ids
+    assert result.stats.drafted >= 1

@@ -121,6 +121,19 @@ def test_costs_from_an_earlier_request_seed_the_next():
     assert ks[0] == 0 and 0 < sum(ks) <= 3
 
 
+def test_a_low_acceptance_from_an_earlier_request_does_not_switch_the_next_one_off():
+    """Prose (few drafts accepted) and then code on the same models: costs carry over, the
+    acceptance starts again from the prior, so the code request drafts from its first step."""
+    from engine.draft_length import MeasuredCosts
+
+    after_prose = MeasuredCosts(v0=1.0, v1=0.1, draft_step_s=0.1, acceptance=0.05, catch_up_per_token_s=0.2)
+    ctrl = DraftLengthController(max_k=8, known=after_prose)
+    assert ctrl.next_k() > 0 and not ctrl.drafter_can_wait
+    assert ctrl.acceptance == pytest.approx(0.7)
+    # A better acceptance than the prior is kept.
+    assert DraftLengthController(max_k=8, known=MeasuredCosts(1.0, 0.1, 0.1, acceptance=0.9)).acceptance == pytest.approx(0.9)
+
+
 def test_a_fixed_length_ignores_known_costs():
     from engine.draft_length import MeasuredCosts
 
