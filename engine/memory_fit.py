@@ -9,8 +9,9 @@ An estimate has four parts (bytes):
                its int4 target, 5.5 bits per linear weight (int4_target_bytes)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
                per token, sliding-window layers holding at most their window
-    drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" is the engine's
-               int8 drafter, linear layers int8 and the embedding and head left at bf16) and its
+    drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" / "int4" are the
+               engine's quantized drafters, linear layers int8 / int4 and the embedding and head
+               left at bf16) and its
                own K/V cache; a Gemma 4 assistant:
                weights only (it reads the target's K/V); MTP heads: inside the target (0);
                prompt lookup: 0
@@ -205,16 +206,18 @@ def int4_target_bytes(params: int, arch: Architecture | None, device: Device) ->
     return total
 
 
-def int8_drafter_bytes(params: int, arch: Architecture | None, device: Device) -> int:
-    """Resident bytes of the engine's int8 drafter (engine/quantize.py): the decoder layers'
-    linears as int8 with fp32 row scales, the embedding and LM head left at bf16 (the head's
-    rows are quantized only when a reduced head is used, which is smaller still)."""
+def quantized_drafter_bytes(params: int, arch: Architecture | None, weights: str, device: Device) -> int:
+    """Resident bytes of the engine's int8 or int4 drafter (engine/quantize.py): the decoder
+    layers' linears as int8 with fp32 row scales, or int4 at 5.5 bits a weight (as the int4
+    target's), the embedding and LM head left at bf16 (the head's rows are quantized only when a
+    reduced head is used, which is smaller still)."""
+    per_weight = 1.0 if weights == "int8" else 5.5 / 8
     if arch is None:
-        return weight_bytes(params, "int8")
+        return math.ceil(params * per_weight)
     table = arch.vocab_size * arch.hidden_size
     tables = 1 if arch.tie_word_embeddings else 2
     layers = max(0, params - tables * table)
-    total = weight_bytes(layers, "int8") + weight_bytes(tables * table, STORED_PRECISION)
+    total = math.ceil(layers * per_weight) + weight_bytes(tables * table, STORED_PRECISION)
     if device == "cpu" and tables == 2:
         total -= weight_bytes(table, STORED_PRECISION)  # the input embedding stays memory-mapped
     return total
@@ -229,7 +232,7 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
                     drafter_weights: str | None = None) -> MemoryEstimate:
     """Bytes needed to run ``entry`` with its drafter at ``context`` tokens on ``device``.
     ``drafter_weights`` is the draft model's weight precision when it differs from the
-    target's (engine.loading.drafter_weights: "int8" on CPUs with the int8 kernel); None
+    target's (engine.loading.drafter_weights: "int8" or "int4" on CPUs with their kernels); None
     budgets it at the target's precision, which is never smaller."""
     if context < 1:
         raise ValueError(f"context must be at least 1 token, not {context}")
@@ -249,8 +252,8 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     activations = activation_bytes(target, context, precision, device)
     vocabularies = [target.vocab_size]
     if entry.drafter_kind == "draft_model":
-        if drafter_weights is not None and canonical_precision(drafter_weights) == "int8":
-            drafter = int8_drafter_bytes(entry.drafter_params, drafter_arch, device)
+        if drafter_weights is not None and canonical_precision(drafter_weights) in ("int8", "int4"):
+            drafter = quantized_drafter_bytes(entry.drafter_params, drafter_arch, canonical_precision(drafter_weights), device)
         else:
             drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights or precision, device)
         if drafter_arch is not None:

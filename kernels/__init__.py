@@ -11,11 +11,13 @@ CPU_KERNELS = {"linear": "bf16 linear", "quant_linear": "int8 linear", "int4_lin
 
 
 def cpu_kernel_report() -> str:
-    """'bf16 linear cpu_avx2, int8 linear cpu_avx2, ...': the backend each package runs on here
-    (compiling, or in a packaged app loading, the fast ones on first use)."""
+    """'bf16 linear cpu_avx2, int8 linear cpu_avx2 (AVX-512 VNNI), ...': the backend each
+    package runs on here (compiling, or in a packaged app loading, the fast ones on first use)."""
     import importlib
 
     parts = []
     for package, what in CPU_KERNELS.items():
-        parts.append(f"{what} {importlib.import_module(f'kernels.{package}').backends.active_name()}")
+        module = importlib.import_module(f"kernels.{package}")
+        detail = module.backend_detail() if hasattr(module, "backend_detail") else ""
+        parts.append(f"{what} {module.backends.active_name()}{detail}")
     return ", ".join(parts)

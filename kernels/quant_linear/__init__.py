@@ -45,4 +45,13 @@ def linear_a16(x, q, scale, bias=None):
     return backends.active.linear_a16(x, q, scale, bias)
 
 
-__all__ = ["active_backend", "available_backends", "dequantize", "fast_backend", "linear", "linear_a16", "quantize", "use_backend"]
+def backend_detail() -> str:
+    """What a kernel report adds to the backend's name: the int16-input tiles in use."""
+    if active_backend() != "cpu_avx2":
+        return ""
+    from kernels.quant_linear import cpu_avx2
+
+    return " (AVX-512 VNNI)" if cpu_avx2.a16_isa() == "avx512_vnni" else ""
+
+
+__all__ = ["active_backend", "available_backends", "backend_detail", "available_backends", "dequantize", "fast_backend", "linear", "linear_a16", "quantize", "use_backend"]

@@ -404,10 +404,24 @@ def test_a_two_core_cpu_is_recommended_a_model_it_can_chat_with(entries):
     assert sixteen.entry.target_params > 7e9
 
 
+def test_an_int4_drafter_is_budgeted_below_an_int8_one_with_its_tables_at_bf16(default_pair_entry):
+    from engine.memory_fit import quantized_drafter_bytes
+
+    arch = default_pair_entry.drafter_arch
+    int8 = quantized_drafter_bytes(default_pair_entry.drafter_params, arch, "int8", "cpu")
+    int4 = quantized_drafter_bytes(default_pair_entry.drafter_params, arch, "int4", "cpu")
+    table = arch.vocab_size * arch.hidden_size * 2  # bf16, one resident table on the CPU
+    layers = int8 - table  # one byte a weight
+    assert 300e6 < layers < 400e6  # Qwen2.5 0.5B: ~358M weights outside the tables
+    assert int4 - table == pytest.approx(layers * 5.5 / 8, abs=2)
+    assert estimate_memory(default_pair_entry, "int8", 512, "cpu", drafter_weights="int4").drafter < \
+        estimate_memory(default_pair_entry, "int8", 512, "cpu", drafter_weights="int8").drafter
+
+
 @pytest.mark.slow
 def test_int8_target_estimate_is_within_15_percent_of_what_stays_resident(default_pair_entry):
     # Precision int8: the target's linear layers and LM head are int8, memory-mapped from the
-    # int8 cache (read every step: they must stay resident); the drafter is int8 too. RSS also
+    # int8 cache (read every step: they must stay resident); the drafter is int4 (auto). RSS also
     # counts checkpoint pages read once while quantizing the drafter, which the OS can drop, so
     # the estimate is checked against anonymous memory plus the int8 cache's resident pages.
     from engine import default_pair, int8_cache

@@ -198,3 +198,13 @@ def test_vnni_tiles_run_where_the_cpu_has_them():
         pytest.skip("no compiled kernel on this CPU")
     from kernels.quant_linear import cpu_avx2
     assert cpu_avx2.a16_isa() == ("avx512_vnni" if HAS_VNNI else "avx2")
+
+
+def test_the_kernel_report_names_the_vnni_tiles_where_they_run():
+    from kernels import cpu_kernel_report
+
+    report = cpu_kernel_report()
+    if quant_linear.active_backend() == "cpu_avx2" and HAS_VNNI:
+        assert "int8 linear cpu_avx2 (AVX-512 VNNI)" in report
+    else:
+        assert "VNNI" not in report
