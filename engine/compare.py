@@ -44,6 +44,9 @@ def warm_up(session: Session, drafter: DrafterKind = "model") -> None:
     ids = session.encode("Say hi.")
     drain(session.plain(ids, DecodeSettings(max_new_tokens=4)))
     drain(session.speculative(ids, DecodeSettings(max_new_tokens=4, draft_length=2), drafter))
+    # Its costs are the one-time ones: seeding the first real request with them could start
+    # that request with speculation off.
+    session.forget_costs()
 
 
 def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: DrafterKind = "model", on_event: Callable | None = None) -> Comparison:

@@ -23,6 +23,7 @@ until it drafts (int4 there: 0.87x -> 1.0x).
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -41,6 +42,7 @@ class MeasuredCosts:
     catch_up_per_token_s: float = 0.0
 
 
+DRAFT_COST_WINDOW = 8  # passes whose per-token draft cost the estimate is the median of
 PROBE_BUDGET = 0.05  # share of the off steps' time that probing may cost
 #: Probing is worth it only while the best speculation could do (at 95% acceptance) gains at
 #: least this many times what catching the drafter up costs per off token.
@@ -79,7 +81,12 @@ class DraftLengthController:
         # Acceptance as decayed counts of (accepted, tried) draft positions, seeded by a prior.
         self._acc = prior_acceptance * 4
         self._tries = 4.0
-        self._draft_step_s: float | None = None
+        self._draft_step_s: float | None = None  # the lower median of _draft_costs
+        # Per-token draft costs of the last passes. A median, not a decayed average: a request's
+        # first pass pays one-offs (measured: 18.7 ms a token against ~10 after), and seeded with
+        # it an average kept drafting looking dear for a dozen passes, long enough to switch
+        # speculation off for the whole request and, through ``known``, the next ones.
+        self._draft_costs: deque[float] = deque(maxlen=DRAFT_COST_WINDOW)
         self._v0: float | None = None  # seconds for a one-token target pass
         self._v1: float | None = None  # extra seconds per verified draft token
         self._off_steps = 0
@@ -93,6 +100,7 @@ class DraftLengthController:
         self.drafter_can_wait = False
         if known is not None and fixed is None:
             self._v0, self._v1, self._draft_step_s = known.v0, known.v1, known.draft_step_s
+            self._draft_costs.append(known.draft_step_s)
             self._catch_up_per_token = known.catch_up_per_token_s or None
             self._calibrated = True
             # Costs belong to the models and the machine; acceptance belongs to a request's text
@@ -138,10 +146,8 @@ class DraftLengthController:
             tried = n_accepted + (1 if n_accepted < k else 0)
             self._acc = d * self._acc + n_accepted
             self._tries = d * self._tries + tried
-            per_step = draft_s / k
-            self._draft_step_s = (
-                per_step if self._draft_step_s is None else d * self._draft_step_s + (1 - d) * per_step
-            )
+            self._draft_costs.append(draft_s / k)
+            self._draft_step_s = sorted(self._draft_costs)[(len(self._draft_costs) - 1) // 2]
         if k == 0:
             self._v0 = verify_s if self._v0 is None else d * self._v0 + (1 - d) * verify_s
         elif self._v0 is not None:
@@ -212,6 +218,8 @@ class DraftLengthController:
             return previous
         if self._probing and best_s < self.resume_margin:
             best_k = 0  # a probe must show a clear gain before speculation resumes
+        if best_k == 0 and not self._probing and len(self._draft_costs) < 2:
+            best_k = 1  # one pass is no evidence (see _draft_costs): measure a second first
         if best_k == 0:
             # Back off: each failed probe doubles the wait before the next one; and probes
             # never cost more than ~5% of the plain steps between them (on an int4 target the

@@ -161,6 +161,10 @@ class Session:
     def plain(self, prompt_ids: list[int], settings: DecodeSettings, cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
         return plain_decode(self.target_runner(), self.tokenizer, prompt_ids, settings, self.eos_ids, cancel)
 
+    def forget_costs(self) -> None:
+        """Drop what earlier requests measured (a warm-up's figures include one-time costs)."""
+        self._costs.clear()
+
     def speculative(self, prompt_ids: list[int], settings: DecodeSettings, drafter: DrafterKind = "model", cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
         chosen = self.drafter(drafter)
         if chosen is None:

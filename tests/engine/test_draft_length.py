@@ -134,6 +134,21 @@ def test_a_low_acceptance_from_an_earlier_request_does_not_switch_the_next_one_o
     assert DraftLengthController(max_k=8, known=MeasuredCosts(1.0, 0.1, 0.1, acceptance=0.9)).acceptance == pytest.approx(0.9)
 
 
+def test_one_dear_first_pass_does_not_switch_speculation_off():
+    """A request's first pass pays one-offs: its draft cost (here 3x the usual) must not decide
+    alone. A second pass is measured, and the median of the two leaves speculation on."""
+    ctrl = DraftLengthController(max_k=8)
+    ctrl.record(0, 0, 1.0, 0.0, requested=0)  # v0
+    k = ctrl.next_k()
+    ctrl.record(k, 1, 1.0 + 0.1 * k, 0.6 * k, requested=k)  # 0.6 s a token: nothing would pay
+    assert ctrl.next_k() == 1
+    for _ in range(3):
+        k = ctrl.next_k()
+        ctrl.record(k, k, 1.0 + 0.1 * k, 0.1 * k, requested=k)  # the real cost, all accepted
+    assert ctrl.measured().draft_step_s == pytest.approx(0.1)
+    assert ctrl.next_k() > 1 and ctrl.best_speedup() > 1.5
+
+
 def test_a_fixed_length_ignores_known_costs():
     from engine.draft_length import MeasuredCosts
 
@@ -152,7 +167,9 @@ def test_probes_cost_at_most_a_small_share_of_the_off_steps():
         probe = k > 0 and any(ks[:-1])
         ctrl.record(k, 0, 0.2 * (1 + 0.8 * k), 0.1 * k, requested=k, catch_up_s=0.6 if probe else 0.0)
     gaps = [i for i, k in enumerate(ks) if k]
-    assert all(b - a >= 60 for a, b in zip(gaps[1:], gaps[2:]))
+    # Passes 0 and 1 measure (one pass is no evidence); then probes, each after a long wait.
+    assert gaps[:2] == [0, 1]
+    assert all(b - a >= 60 for a, b in zip(gaps[2:], gaps[3:]))
 
 
 def test_probing_stops_when_the_drafters_catch_up_eats_what_speculation_could_gain():

@@ -89,3 +89,17 @@ def test_session_in_int8_precision(tmp_path):
     plain, _ = run_to_end(session.plain(prompt, settings))
     spec, _ = run_to_end(session.speculative(prompt, settings))
     assert isinstance(spec, Finished) and spec.token_ids == plain.token_ids
+    # The auto drafter next to a quantized target is int4 where the int4 kernel runs.
+    from engine.quantize import int4_available
+    assert session.drafter_model.weights == ("int4" if int4_available() else "int8")
+
+
+def test_a_warm_up_leaves_no_costs_to_seed_the_first_request(tmp_path):
+    from engine.compare import warm_up
+
+    target_dir, drafter_dir = save_pair(tmp_path)
+    session = Session.load(target_dir, drafter_dir, "int8", "cpu")
+    warm_up(session)
+    assert session._costs == {}  # its figures hold one-time costs
+    run_to_end(session.speculative(session.encode("def add(a, b):"), DecodeSettings(max_new_tokens=16)))
+    assert session._costs["model"]["measured"] is not None
