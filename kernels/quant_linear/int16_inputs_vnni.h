@@ -70,10 +70,10 @@ inline void tile(const int16_t* X, const float* XS, const int8_t* W, const float
   // One loop over k with the flush inside it as a macro: int16_inputs.h explains why.
   for (int64_t k = 0; k < K; k += kStep, x += M * kStep) {  // K % kStep == 0 (linear_into)
     // The next tile's NR rows are NR*K contiguous bytes; this step consumes NR*32 of them.
-    if (prefetch) {
-      _mm_prefetch(next + k * NR, _MM_HINT_T0);
-      if (NR > 2) _mm_prefetch(next + k * NR + 64, _MM_HINT_T0);
-    }
+    // Every line of them: fetching only two a step let tiles of 5-6 rows fall behind (two
+    // rows through 1536 -> 8960 took 1.00 ms against 0.64 for one).
+    if (prefetch)
+      for (int64_t line = 0; line < NR * kStep; line += 64) _mm_prefetch(next + k * NR + line, _MM_HINT_T0);
     __m512i wv[NR];
     for (int i = 0; i < NR; ++i)
       wv[i] = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i * K + k)));
@@ -115,7 +115,8 @@ inline void groups(const int16_t* X, const float* XS, const int8_t* W, const flo
 
 // Input rows m0 .. m0+R-1 (R <= 9) of M against weight rows n0 .. n1-1. The tiles were picked
 // by measuring one layer from memory on 2 threads (Zen 4). Short rows: the inputs stay in L1
-// and the fewest weight rows per tile did best (1536 -> 8960, 9 rows: NR 2 0.84 ms, NR 3 0.95);
+// and few weight rows per tile did best (1536 -> 8960, 9 rows: NR 2 0.84 ms, NR 3 0.95; 5 rows:
+// NR 3 0.53, NR 2 0.64);
 // long rows (8960 -> 1536): the inputs come from L2 and more weight rows share each load
 // (NR 3 0.89 ms, NR 2 0.98). Bigger tiles and chunks of rows (as in int16_inputs.h) were slower.
 inline void few_rows(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
@@ -128,7 +129,7 @@ inline void few_rows(const int16_t* X, const float* XS, const int8_t* W, const f
     case 2: TANDEM_VNNI_TILE(6, 2)
     case 3: if (long_rows) TANDEM_VNNI_TILE(4, 3) TANDEM_VNNI_TILE(3, 3)
     case 4: TANDEM_VNNI_TILE(5, 4)
-    case 5: if (long_rows) TANDEM_VNNI_TILE(4, 5) TANDEM_VNNI_TILE(2, 5)
+    case 5: if (long_rows) TANDEM_VNNI_TILE(4, 5) TANDEM_VNNI_TILE(3, 5)
     case 6: if (long_rows) TANDEM_VNNI_TILE(4, 6) TANDEM_VNNI_TILE(2, 6)
     case 7: if (long_rows) TANDEM_VNNI_TILE(3, 7) TANDEM_VNNI_TILE(2, 7)
     case 8: if (long_rows) TANDEM_VNNI_TILE(3, 8) TANDEM_VNNI_TILE(2, 8)
