@@ -24,6 +24,15 @@ def use_backend(name: str) -> None:
     backends.use(name)
 
 
+def backend_detail() -> str:
+    """What a kernel report adds to the backend's name: the tiles int8 targets' layers run."""
+    if backends.active_name() != "cpu_avx2":
+        return ""
+    from kernels.draft_decoder import cpu_avx2
+
+    return " (AVX-512 VNNI)" if cpu_avx2.a16_isa() == "avx512_vnni" else ""
+
+
 def decoder_layer(*args) -> None:
     backends.active.decoder_layer(*args)
 

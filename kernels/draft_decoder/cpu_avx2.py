@@ -31,3 +31,8 @@ def decoder_layer(*args) -> None:
         args = (*args, [])
     int16_inputs = bool(args[30]) if len(args) > 30 else False
     _module().decoder_layer(*args[:29], list(args[29]), int16_inputs)
+
+
+def a16_isa() -> str:
+    """Which tiles an int8 target's layers (int16 inputs) run: "avx512_vnni" or "avx2"."""
+    return _module().a16_isa()

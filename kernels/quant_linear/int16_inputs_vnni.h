@@ -116,7 +116,7 @@ inline void groups(const int16_t* X, const float* XS, const int8_t* W, const flo
 // Input rows m0 .. m0+R-1 (R <= 9) of M against weight rows n0 .. n1-1. The tiles were picked
 // by measuring one layer from memory on 2 threads (Zen 4). Short rows: the inputs stay in L1
 // and few weight rows per tile did best (1536 -> 8960, 9 rows: NR 2 0.84 ms, NR 3 0.95; 5 rows:
-// NR 3 0.53, NR 2 0.64);
+// NR 3 0.53, NR 2 0.64; 4 rows: NR 6 0.50, NR 5 0.51-0.54, and the LM head 9.4 ms vs 10.0);
 // long rows (8960 -> 1536): the inputs come from L2 and more weight rows share each load
 // (NR 3 0.89 ms, NR 2 0.98). Bigger tiles and chunks of rows (as in int16_inputs.h) were slower.
 inline void few_rows(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
@@ -128,9 +128,9 @@ inline void few_rows(const int16_t* X, const float* XS, const int8_t* W, const f
     case 1: TANDEM_VNNI_TILE(4, 1)
     case 2: TANDEM_VNNI_TILE(6, 2)
     case 3: if (long_rows) TANDEM_VNNI_TILE(4, 3) TANDEM_VNNI_TILE(3, 3)
-    case 4: TANDEM_VNNI_TILE(5, 4)
+    case 4: TANDEM_VNNI_TILE(6, 4)
     case 5: if (long_rows) TANDEM_VNNI_TILE(4, 5) TANDEM_VNNI_TILE(3, 5)
-    case 6: if (long_rows) TANDEM_VNNI_TILE(4, 6) TANDEM_VNNI_TILE(2, 6)
+    case 6: if (long_rows) TANDEM_VNNI_TILE(4, 6) TANDEM_VNNI_TILE(3, 6)
     case 7: if (long_rows) TANDEM_VNNI_TILE(3, 7) TANDEM_VNNI_TILE(2, 7)
     case 8: if (long_rows) TANDEM_VNNI_TILE(3, 8) TANDEM_VNNI_TILE(2, 8)
     case 9: if (long_rows) TANDEM_VNNI_TILE(3, 9) TANDEM_VNNI_TILE(2, 9)

@@ -1,4 +1,6 @@
 """int8 weight-only linear: every backend against the reference, and the quantizer's contract."""
+import os
+
 import pytest
 import torch
 
@@ -105,7 +107,9 @@ def _cpu_flags() -> set[str]:
     return set(next((line for line in lines if line.startswith("flags")), "").split())
 
 
+# TANDEM_AVX512=0 turns the VNNI tiles off by default (the fixture still switches them on).
 HAS_VNNI = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= _cpu_flags()
+VNNI_BY_DEFAULT = HAS_VNNI and os.environ.get("TANDEM_AVX512") != "0"
 A16_KERNELS = [b for b in quant_linear.available_backends()]
 A16_KERNELS += ["cpu_avx2/avx512_vnni"] if "cpu_avx2" in A16_KERNELS and HAS_VNNI else []
 
@@ -119,11 +123,12 @@ def a16_kernel(request):
     quant_linear.use_backend(name)
     if name == "cpu_avx2":
         from kernels.quant_linear import cpu_avx2
+        was_on = cpu_avx2.a16_isa() == "avx512_vnni" or not HAS_VNNI
         cpu_avx2.a16_allow_vnni(tiles == "avx512_vnni")
         assert cpu_avx2.a16_isa() == (tiles or "avx2")
     yield request.param
     if name == "cpu_avx2":
-        cpu_avx2.a16_allow_vnni(True)
+        cpu_avx2.a16_allow_vnni(was_on)
     quant_linear.use_backend(previous)
 
 
@@ -197,14 +202,21 @@ def test_vnni_tiles_run_where_the_cpu_has_them():
     if "cpu_avx2" not in quant_linear.available_backends():
         pytest.skip("no compiled kernel on this CPU")
     from kernels.quant_linear import cpu_avx2
-    assert cpu_avx2.a16_isa() == ("avx512_vnni" if HAS_VNNI else "avx2")
+    assert cpu_avx2.a16_isa() == ("avx512_vnni" if VNNI_BY_DEFAULT else "avx2")
 
 
 def test_the_kernel_report_names_the_vnni_tiles_where_they_run():
     from kernels import cpu_kernel_report
 
     report = cpu_kernel_report()
-    if quant_linear.active_backend() == "cpu_avx2" and HAS_VNNI:
+    from kernels import draft_decoder
+
+    if quant_linear.active_backend() == "cpu_avx2" and VNNI_BY_DEFAULT:
         assert "int8 linear cpu_avx2 (AVX-512 VNNI)" in report
     else:
-        assert "VNNI" not in report
+        assert "int8 linear cpu_avx2 (" not in report
+    # The fused decoder layers (int8 targets' one-token steps) make the same choice.
+    if draft_decoder.backends.active_name() == "cpu_avx2" and VNNI_BY_DEFAULT:
+        assert "int8/int4 decoder layer cpu_avx2 (AVX-512 VNNI)" in report
+    else:
+        assert "decoder layer cpu_avx2 (" not in report
