@@ -81,7 +81,6 @@ class DraftLengthController:
         # Acceptance as decayed counts of (accepted, tried) draft positions, seeded by a prior.
         self._acc = prior_acceptance * 4
         self._tries = 4.0
-        self._draft_step_s: float | None = None  # the lower median of _draft_costs
         # Per-token draft costs of the last passes. A median, not a decayed average: a request's
         # first pass pays one-offs (measured: 18.7 ms a token against ~10 after), and seeded with
         # it an average kept drafting looking dear for a dozen passes, long enough to switch
@@ -99,7 +98,7 @@ class DraftLengthController:
         #: itself: the drafter need not read the prompt until (if ever) it drafts.
         self.drafter_can_wait = False
         if known is not None and fixed is None:
-            self._v0, self._v1, self._draft_step_s = known.v0, known.v1, known.draft_step_s
+            self._v0, self._v1 = known.v0, known.v1
             self._draft_costs.append(known.draft_step_s)
             self._catch_up_per_token = known.catch_up_per_token_s or None
             self._calibrated = True
@@ -117,6 +116,13 @@ class DraftLengthController:
                     self.drafter_can_wait = True
             else:
                 self.k = self.initial_k
+
+    @property
+    def _draft_step_s(self) -> float | None:
+        """Seconds per draft token: the lower median of the last passes' (None before any)."""
+        if not self._draft_costs:
+            return None
+        return sorted(self._draft_costs)[(len(self._draft_costs) - 1) // 2]
 
     @property
     def acceptance(self) -> float:
@@ -147,7 +153,6 @@ class DraftLengthController:
             self._acc = d * self._acc + n_accepted
             self._tries = d * self._tries + tried
             self._draft_costs.append(draft_s / k)
-            self._draft_step_s = sorted(self._draft_costs)[(len(self._draft_costs) - 1) // 2]
         if k == 0:
             self._v0 = verify_s if self._v0 is None else d * self._v0 + (1 - d) * verify_s
         elif self._v0 is not None:

@@ -191,16 +191,19 @@ def int8_target_bytes(params: int, arch: Architecture | None, device: Device) ->
     return total
 
 
+INT4_BYTES_PER_WEIGHT = 5.5 / 8  # 4-bit codes + an fp32 scale and an fp16 offset per 32 (quantize.Int4Linear)
+
+
 def int4_target_bytes(params: int, arch: Architecture | None, device: Device) -> int:
     """Resident bytes of the engine's int4 target (engine/quantize.py ``to_int4_target``): every
     linear layer, the LM head included, at half a byte per weight plus an fp32 scale and an fp16
     offset per 32 (5.5 bits in all); the input embedding as for int8."""
     if arch is None:
-        return math.ceil(params * 5.5 / 8)
+        return math.ceil(params * INT4_BYTES_PER_WEIGHT)
     table = arch.vocab_size * arch.hidden_size
     tables = 1 if arch.tie_word_embeddings else 2
     linear = max(0, params - tables * table) + table
-    total = math.ceil(linear * 5.5 / 8)
+    total = math.ceil(linear * INT4_BYTES_PER_WEIGHT)
     if device != "cpu":
         total += weight_bytes(table, STORED_PRECISION)
     return total
@@ -211,7 +214,7 @@ def quantized_drafter_bytes(params: int, arch: Architecture | None, weights: str
     layers' linears as int8 with fp32 row scales, or int4 at 5.5 bits a weight (as the int4
     target's), the embedding and LM head left at bf16 (the head's rows are quantized only when a
     reduced head is used, which is smaller still)."""
-    per_weight = 1.0 if weights == "int8" else 5.5 / 8
+    per_weight = 1.0 if weights == "int8" else INT4_BYTES_PER_WEIGHT
     if arch is None:
         return math.ceil(params * per_weight)
     table = arch.vocab_size * arch.hidden_size

@@ -25,12 +25,11 @@ def use_backend(name: str) -> None:
 
 
 def backend_detail() -> str:
-    """What a kernel report adds to the backend's name: the tiles int8 targets' layers run."""
-    if backends.active_name() != "cpu_avx2":
-        return ""
+    """The tiles int8 targets' layers run (kernels.quant_linear.tile_set_detail)."""
     from kernels.draft_decoder import cpu_avx2
+    from kernels.quant_linear import tile_set_detail
 
-    return " (AVX-512 VNNI)" if cpu_avx2.a16_isa() == "avx512_vnni" else ""
+    return tile_set_detail(backends.active_name(), cpu_avx2.a16_isa)
 
 
 def decoder_layer(*args) -> None:

@@ -210,6 +210,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Release the GIL while computing: the Qt window's thread must keep running during a step.
   m.def("decoder_layer", &decoder_layer, "int8 / int4 pre-norm decoder layer (RMSNorm, rotary GQA attention, SwiGLU)",
         py::call_guard<py::gil_scoped_release>());
-  m.def("a16_isa", [] { return tandem_a16::cpu_has_vnni() && tandem_a16::vnni_enabled() ? "avx512_vnni" : "avx2"; },
+  m.def("a16_isa", &tandem_a16::tile_set,
         "which tiles int8 targets' layers (int16 inputs) run, for widths that are a multiple of 32");
 }

@@ -45,13 +45,16 @@ def linear_a16(x, q, scale, bias=None):
     return backends.active.linear_a16(x, q, scale, bias)
 
 
+def tile_set_detail(backend_name: str, a16_isa) -> str:
+    """What a kernel report adds to a compiled backend's name: " (AVX-512 VNNI)" where its
+    int16-input tiles (int16_inputs.h, shared by this package and kernels/draft_decoder) use it."""
+    return " (AVX-512 VNNI)" if backend_name == "cpu_avx2" and a16_isa() == "avx512_vnni" else ""
+
+
 def backend_detail() -> str:
-    """What a kernel report adds to the backend's name: the int16-input tiles in use."""
-    if active_backend() != "cpu_avx2":
-        return ""
     from kernels.quant_linear import cpu_avx2
 
-    return " (AVX-512 VNNI)" if cpu_avx2.a16_isa() == "avx512_vnni" else ""
+    return tile_set_detail(active_backend(), cpu_avx2.a16_isa)
 
 
 __all__ = ["active_backend", "available_backends", "backend_detail", "available_backends", "dequantize", "fast_backend", "linear", "linear_a16", "quantize", "use_backend"]

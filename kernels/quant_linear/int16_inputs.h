@@ -56,6 +56,9 @@ inline bool cpu_has_vnni() {
 
 inline bool use_vnni(int64_t K) { return vnni_enabled() && cpu_has_vnni() && K % tandem_a16_vnni::kStep == 0; }
 
+// "avx512_vnni" or "avx2": the tiles widths that are a multiple of 32 run (for reports, tests).
+inline const char* tile_set() { return cpu_has_vnni() && vnni_enabled() ? "avx512_vnni" : "avx2"; }
+
 // X [M, K] fp32 -> Q [M, K] int16 and S [M, blocks(K)]: per block s = amax / 32767,
 // q = round_half_even(x * (32767 / amax)) (0 where the block is all zeros).
 inline void quantize_rows(const float* X, int64_t M, int64_t K, int16_t* Q, float* S) {

@@ -47,7 +47,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("linear_int8w_a16", &linear_int8w_a16, "int8-weight linear on int16-quantized inputs (int8 targets)",
         py::call_guard<py::gil_scoped_release>());
-  m.def("a16_isa", [] { return tandem_a16::cpu_has_vnni() && tandem_a16::vnni_enabled() ? "avx512_vnni" : "avx2"; },
+  m.def("a16_isa", &tandem_a16::tile_set,
         "which tiles linear_int8w_a16 runs (for widths that are a multiple of 32)");
   m.def("a16_allow_vnni", [](bool on) { tandem_a16::vnni_enabled() = on; },
         "let linear_int8w_a16 use the AVX-512 VNNI tiles where the CPU has them (tests turn it off)");

@@ -8,9 +8,10 @@ from kernels.draft_decoder import reference
 
 @pytest.fixture(params=draft_decoder.available_backends())
 def backend(request):
+    previous = draft_decoder.backends.active_name()
     draft_decoder.use_backend(request.param)
     yield request.param
-    draft_decoder.use_backend("reference")
+    draft_decoder.use_backend(previous)  # later tests (fused int8 / int4 targets) keep the fast kernel
 
 
 def layer_weights(h, n_heads, n_kv, d, inter, biases, seed=0):
