@@ -51,6 +51,7 @@ def _ours(events) -> dict:
         "new_tokens": s.new_tokens,
         "seconds": s.seconds,
         "tok_per_s": s.tok_per_s,
+        "decode_tok_per_s": s.decode_tok_per_s,
         "ttft_s": s.ttft_s,
         "token_ids": list(result.token_ids),
         "stats": asdict(s),
@@ -156,6 +157,9 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
         row["identical"] = row["plain"]["token_ids"] == spec["token_ids"] and row["all_runs_identical"]
         row["first_divergence"] = first_difference(row["plain"]["token_ids"], spec["token_ids"])
         row["speedup_vs_plain"] = spec["tok_per_s"] / row["plain"]["tok_per_s"]
+        # Without the prefill both runs share (llama.cpp's tg rates compare this way).
+        row["decode_speedup_vs_plain"] = (spec["decode_tok_per_s"] / row["plain"]["decode_tok_per_s"]
+                                          if row["plain"]["decode_tok_per_s"] else None)
         if baseline is not None and item["id"] in baseline["prompts"]:
             row["baseline_plain"] = baseline["prompts"][item["id"]]
         if model_drafter is not None:
@@ -168,7 +172,10 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
         agree = row.get("agreement")
         progress(
             f"{item['id']:<14} {item['category']:<9} plain {row['plain']['tok_per_s']:5.2f} tok/s  "
-            f"spec {spec['tok_per_s']:5.2f} ({row['speedup_vs_plain']:.2f}x, acc {spec['acceptance']:.2f}, "
+            f"spec {spec['tok_per_s']:5.2f} ({row['speedup_vs_plain']:.2f}x"
+            + (f"; decode {row['plain']['decode_tok_per_s']:.2f} -> {spec['decode_tok_per_s']:.2f}, {row['decode_speedup_vs_plain']:.2f}x"
+               if row["decode_speedup_vs_plain"] else "")
+            + f", acc {spec['acceptance']:.2f}, "
             f"{spec['tokens_per_pass']:.2f} tok/pass"
             + (f", lookup {spec['lookup_steps']}/{spec['lookup_steps'] + spec['model_steps']} passes" if "lookup_steps" in spec else "") + (f", c {c:.3f}" if c else "") + ")  "
             + (f"agree full {agree['full']:.2f} reduced {agree['reduced']:.2f}  " if agree else "")
@@ -191,8 +198,8 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
 
 
 def summarize(results: list[dict]) -> dict:
-    def ratio(a: str, b: str, rows=results) -> float:
-        return geomean([r[a]["tok_per_s"] / r[b]["tok_per_s"] for r in rows if a in r and b in r])
+    def ratio(a: str, b: str, rows=results, metric: str = "tok_per_s") -> float:
+        return geomean([r[a][metric] / r[b][metric] for r in rows if a in r and b in r and r[b].get(metric)])
 
     def mean(values):
         values = [v for v in values if v is not None]
@@ -201,8 +208,14 @@ def summarize(results: list[dict]) -> dict:
     def agreement(rows, key):
         return mean([r["agreement"][key] for r in rows if r.get("agreement")])
 
-    def tok_per_s(key, rows):
-        return geomean([r[key]["tok_per_s"] for r in rows if key in r])
+    def tok_per_s(key, rows, metric="tok_per_s"):
+        return geomean([r[key][metric] for r in rows if key in r and metric in r[key]])
+
+    def decode(rows) -> dict:
+        """The same figures without the prefill: tokens after the first over the time after it."""
+        return {"decode_speedup_vs_plain": ratio("speculative", "plain", rows, "decode_tok_per_s"),
+                "plain_decode_tok_per_s": tok_per_s("plain", rows, "decode_tok_per_s"),
+                "speculative_decode_tok_per_s": tok_per_s("speculative", rows, "decode_tok_per_s")}
 
     by_category = {}
     for cat in sorted({r["category"] for r in results}):
@@ -210,6 +223,7 @@ def summarize(results: list[dict]) -> dict:
         by_category[cat] = {"speedup_vs_plain": ratio("speculative", "plain", rows),
                             "plain_tok_per_s": tok_per_s("plain", rows),
                             "speculative_tok_per_s": tok_per_s("speculative", rows),
+                            **decode(rows),
                             "plain_vs_baseline_plain": ratio("plain", "baseline_plain", rows) or None,
                             "acceptance": sum(r["speculative"]["acceptance"] for r in rows) / len(rows),
                             "agreement_full": agreement(rows, "full"),
@@ -224,6 +238,7 @@ def summarize(results: list[dict]) -> dict:
         "plain_vs_baseline_plain": ratio("plain", "baseline_plain") or None,
         "plain_tok_per_s": tok_per_s("plain", results),
         "speculative_tok_per_s": tok_per_s("speculative", results),
+        **decode(results),
         "hf_assisted_vs_hf_plain": ratio("hf_assisted", "hf_plain"),
         "identical_fraction": sum(r["identical"] for r in results) / len(results),
         "c_mean": mean([r.get("step_costs", {}).get("c") for r in results]),

@@ -75,6 +75,7 @@ def cmd_compare(args) -> int:
         ("seconds", f"{p.seconds:.2f}", f"{s.seconds:.2f}"),
         ("tokens/sec", f"{p.tok_per_s:.2f}", f"{s.tok_per_s:.2f}"),
         ("time to first token", f"{p.ttft_s:.3f}s", f"{s.ttft_s:.3f}s"),
+        ("tokens/sec after first", f"{p.decode_tok_per_s:.2f}", f"{s.decode_tok_per_s:.2f}"),
         ("target passes", p.target_passes + 1, s.target_passes + 1),
         ("drafted / accepted", "-", f"{s.drafted} / {s.accepted}"),
         ("acceptance rate", "-", f"{s.acceptance:.1%}"),
@@ -133,7 +134,9 @@ def cmd_bench(args) -> int:
         versus = (f"  plain vs {args.baseline_precision} plain {row['plain_vs_baseline_plain']:.2f}x"
                   if row.get("plain_vs_baseline_plain") else "")
         print(f"  {cat:<10} {args.precision}: plain {row['plain_tok_per_s']:.2f} tok/s, speculative {row['speculative_tok_per_s']:.2f}"
-              f" tok/s, speedup {row['speedup_vs_plain']:.2f}x  acceptance {row['acceptance']:.2f}{versus}{agree}")
+              f" tok/s, speedup {row['speedup_vs_plain']:.2f}x (decode only: {row['plain_decode_tok_per_s']:.2f} -> "
+              f"{row['speculative_decode_tok_per_s']:.2f} tok/s, {row['decode_speedup_vs_plain']:.2f}x)"
+              f"  acceptance {row['acceptance']:.2f}{versus}{agree}")
     print(f"wrote {args.json}")
     return 0
 

@@ -30,6 +30,9 @@ class Tokens:
 class RunStats:
     """Figures for a run so far. ``tok_per_s`` counts new tokens over wall time from the start of
     the request (prefill included), ``ttft_s`` is time to the first new token.
+    ``decode_tok_per_s`` counts the tokens after the first over the time after it: the generation
+    rate without the prompt's prefill (what llama.cpp reports as its eval / tg rate), 0 until a
+    second token exists.
     ``mean_accepted_per_pass`` is accepted draft tokens per target verification pass;
     ``tokens_per_pass`` adds the target's own token (the usual "acceptance length")."""
 
@@ -37,6 +40,7 @@ class RunStats:
     seconds: float = 0.0
     tok_per_s: float = 0.0
     ttft_s: float | None = None
+    decode_tok_per_s: float = 0.0
     target_passes: int = 0
     drafted: int = 0
     accepted: int = 0

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from engine.events import Event, Failed, Finished, RunStats, Stats, Tokens
 from engine.settings import DecodeSettings
+from engine.stats import decode_rate
 from engine.token_origin import OriginTracker, Segment
 
 if TYPE_CHECKING:  # torch-free at import: the app's GUI thread reads these event types
@@ -61,6 +62,7 @@ class _Lane:
         self.clock = clock
         self.used = 0.0  # seconds of compute spent inside this lane's steps
         self.ttft: float | None = None
+        self.first_tokens = 0  # how many arrived with the first (the prefill's block)
         self.finished: Finished | None = None
 
     def step(self) -> LaneEvent:
@@ -70,7 +72,7 @@ class _Lane:
         segments: tuple[Segment, ...] = ()
         if isinstance(event, Tokens):
             if event.token_ids and self.ttft is None:
-                self.ttft = self.used
+                self.ttft, self.first_tokens = self.used, len(event.token_ids)
             segments = self.origins.feed(event.token_ids, event.from_draft, event.text)
         elif isinstance(event, Stats):
             event = Stats(self._restate(event.stats))
@@ -86,6 +88,7 @@ class _Lane:
             seconds=seconds,
             tok_per_s=stats.new_tokens / seconds if seconds > 0 else 0.0,
             ttft_s=self.ttft,
+            decode_tok_per_s=decode_rate(stats.new_tokens, self.first_tokens, seconds - self.ttft) if self.ttft is not None else 0.0,
         )
 
 

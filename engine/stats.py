@@ -6,10 +6,18 @@ import time
 from engine.events import RunStats
 
 
+def decode_rate(new_tokens: int, first_tokens: int, seconds_after_first: float) -> float:
+    """Tokens after the first block (the prefill's) over the seconds after it; 0 before there
+    are any."""
+    later = new_tokens - first_tokens
+    return later / seconds_after_first if later > 0 and seconds_after_first > 0 else 0.0
+
+
 class StatsTracker:
     def __init__(self) -> None:
         self.start = time.perf_counter()
         self.first_token_at: float | None = None
+        self._first_block = 0
         self.new_tokens = 0
         self.passes = 0
         self.drafted = 0
@@ -23,6 +31,7 @@ class StatsTracker:
     def add_tokens(self, n: int) -> None:
         if n and self.first_token_at is None:
             self.first_token_at = time.perf_counter()
+            self._first_block = n  # tokens that arrived with the first (prefill's): not decode-rate
         self.new_tokens += n
 
     def add_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
@@ -39,12 +48,15 @@ class StatsTracker:
             self.accepted_at[i] += i < accepted
 
     def snapshot(self) -> RunStats:
-        seconds = time.perf_counter() - self.start
+        now = time.perf_counter()
+        seconds = now - self.start
+        after_first = now - self.first_token_at if self.first_token_at is not None else 0.0
         return RunStats(
             new_tokens=self.new_tokens,
             seconds=seconds,
             tok_per_s=self.new_tokens / seconds if seconds > 0 else 0.0,
             ttft_s=None if self.first_token_at is None else self.first_token_at - self.start,
+            decode_tok_per_s=decode_rate(self.new_tokens, self._first_block, after_first),
             target_passes=self.passes,
             drafted=self.drafted,
             accepted=self.accepted,

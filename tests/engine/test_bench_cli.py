@@ -42,3 +42,8 @@ def test_bench_repeats_alternate_and_report_the_median_run(tmp_path):
         assert row[key]["tok_per_s"] == sorted(runs)[1]
     assert row["all_runs_identical"] and row["identical"]
     assert row["speedup_vs_plain"] == row["speculative"]["tok_per_s"] / row["plain"]["tok_per_s"]
+    # The same runs without their prefill: faster than the whole-run rate, and their own ratio.
+    for key in ("plain", "speculative"):
+        assert row[key]["decode_tok_per_s"] > row[key]["tok_per_s"]
+    assert row["decode_speedup_vs_plain"] == row["speculative"]["decode_tok_per_s"] / row["plain"]["decode_tok_per_s"]
+    assert report["summary"]["decode_speedup_vs_plain"] == row["decode_speedup_vs_plain"]

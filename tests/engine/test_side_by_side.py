@@ -73,6 +73,9 @@ def test_interleaving_advances_the_lane_that_is_behind(session, monkeypatch):
     assert result.plain.stats.seconds == 3.0 * 30 and result.speculative.stats.seconds == 1.0 * 30
     assert result.speedup == pytest.approx(3.0)
     assert result.plain.stats.ttft_s == 3.0 and result.speculative.stats.ttft_s == 1.0
+    # Without the prefill: 29 tokens after the first, over the 29 steps after it.
+    assert result.plain.stats.decode_tok_per_s == pytest.approx(1 / 3.0)
+    assert result.speculative.stats.decode_tok_per_s == pytest.approx(1.0)
 
 
 def test_stats_use_each_lanes_own_compute_time(session):
