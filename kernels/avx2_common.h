@@ -4,9 +4,26 @@
 #pragma once
 #include <immintrin.h>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 namespace tandem_avx2 {
+
+// Whether this CPU runs the AVX-512 VNNI tiles (int16_inputs_vnni.h, int4_gemm_vnni.h).
+inline bool cpu_has_avx512_vnni() {
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+// The environment may turn the AVX-512 tiles off (TANDEM_AVX512=0), to measure the AVX2 ones on
+// the same machine.
+inline bool avx512_allowed_by_env() {
+  const char* env = std::getenv("TANDEM_AVX512");
+  return env == nullptr || std::string(env) != "0";
+}
 
 // 8 bf16 values widened to fp32 (a bf16 is the top half of an fp32).
 inline __m256 load_bf16x8(const uint16_t* p) {

@@ -12,6 +12,7 @@ HEADER = SOURCE.parent.parent / "quant_linear" / "int8_gemm.h"
 INT16_INPUTS = HEADER.with_name("int16_inputs.h")
 INT16_INPUTS_VNNI = HEADER.with_name("int16_inputs_vnni.h")
 INT4_HEADER = SOURCE.parent.parent / "int4_linear" / "int4_gemm.h"
+INT4_VNNI = INT4_HEADER.with_name("int4_gemm_vnni.h")
 
 
 def available() -> bool:
@@ -23,7 +24,7 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER, INT16_INPUTS, INT16_INPUTS_VNNI, INT4_HEADER, COMMON), ("-mf16c",))
+    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER, INT16_INPUTS, INT16_INPUTS_VNNI, INT4_HEADER, INT4_VNNI, COMMON), ("-mf16c",))
 
 
 def decoder_layer(*args) -> None:
@@ -36,3 +37,12 @@ def decoder_layer(*args) -> None:
 def a16_isa() -> str:
     """Which tiles an int8 target's layers (int16 inputs) run: "avx512_vnni" or "avx2"."""
     return _module().a16_isa()
+
+
+def int4_isa() -> str:
+    """Which tiles int4 layers run: "avx512_vnni" or "avx2"."""
+    return _module().int4_isa()
+
+
+def int4_allow_vnni(on: bool) -> None:
+    _module().int4_allow_vnni(on)

@@ -212,4 +212,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("a16_isa", &tandem_a16::tile_set,
         "which tiles int8 targets' layers (int16 inputs) run, for widths that are a multiple of 32");
+  m.def("int4_isa", &tandem_int4::tile_set, "which tiles int4 layers run: avx512_vnni or avx2");
+  m.def("int4_allow_vnni", [](bool on) { tandem_int4::vnni_enabled() = on; },
+        "allow the AVX-512 VNNI tiles for int4 layers where the CPU has them (tests)");
 }

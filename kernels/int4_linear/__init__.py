@@ -35,10 +35,18 @@ def use_backend(name: str) -> None:
     backends.use(name)
 
 
+def backend_detail() -> str:
+    """" (AVX-512 VNNI)" where the compiled backend's tiles use it (kernels.quant_linear.tile_set_detail)."""
+    from kernels.int4_linear import cpu_avx2
+    from kernels.quant_linear import tile_set_detail
+
+    return tile_set_detail(active_backend(), cpu_avx2.int4_isa)
+
+
 def linear(x, packed, scale, offset, bias=None):
     """y = x @ dequantize(packed, scale, offset)^T + bias; see reference.py for the specification."""
     return backends.active.linear(x, packed, scale, offset, bias)
 
 
-__all__ = ["GROUP", "active_backend", "available_backends", "dequantize", "fast_backend", "linear", "quantize",
+__all__ = ["GROUP", "active_backend", "available_backends", "backend_detail", "dequantize", "fast_backend", "linear", "quantize",
            "use_backend"]

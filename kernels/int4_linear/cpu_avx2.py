@@ -11,6 +11,7 @@ from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
 
 SOURCE = Path(__file__).with_name("int4_linear_avx2.cpp")
 HEADER = SOURCE.with_name("int4_gemm.h")  # the tiles, shared with kernels/draft_decoder
+VNNI_HEADER = SOURCE.with_name("int4_gemm_vnni.h")
 
 
 def available() -> bool:
@@ -22,9 +23,19 @@ def available() -> bool:
 
 @functools.cache
 def _module():
-    return compile_avx2("tandem_int4_linear_avx2", SOURCE, (HEADER, COMMON), ("-mf16c",))
+    return compile_avx2("tandem_int4_linear_avx2", SOURCE, (HEADER, VNNI_HEADER, COMMON), ("-mf16c",))
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
            bias: torch.Tensor | None = None) -> torch.Tensor:
     return _module().linear_int4w(x, packed, scale, offset, bias)
+
+
+def int4_isa() -> str:
+    """Which tiles run: "avx512_vnni" (where the CPU has it) or "avx2"."""
+    return _module().int4_isa()
+
+
+def int4_allow_vnni(on: bool) -> None:
+    """Allow the AVX-512 VNNI tiles where the CPU has them (tests run both on one machine)."""
+    _module().int4_allow_vnni(on)

@@ -67,6 +67,17 @@ struct Args {
   int64_t K, N;
 };
 
+// sum_g offset[g] * xsum[g] for one weight row and one input row, in a fixed order.
+inline float offset_sum(const uint16_t* z, const float* xs, int64_t groups) {
+  __m256 off = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8)
+    off = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(z + g))), _mm256_loadu_ps(xs + g), off);
+  float o = hsum(off);
+  for (; g < groups; ++g) o += _cvtsh_ss(z[g]) * xs[g];
+  return o;
+}
+
 // Weight rows 4p+r0 .. 4p+r0+NR-1 (of panel p) x input rows m .. m+MR-1. Per group a weight
 // row's 16 bytes become one register of 32 codes (the low nibbles in the low lane, the high
 // ones in the high lane, as the inputs lie), used by every input row: integer dot product, to
@@ -100,18 +111,8 @@ inline void tile(const Args& a, int64_t m, int64_t p, int r0) {
   }
   for (int i = 0; i < NR; ++i) {
     const int64_t n = p * 4 + r0 + i;
-    const uint16_t* z = a.Z + n * groups;
-    for (int j = 0; j < MR; ++j) {
-      const float* xs = a.XS + (m + j) * groups;
-      __m256 off = _mm256_setzero_ps();
-      int64_t g = 0;
-      for (; g + 8 <= groups; g += 8)
-        off = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(z + g))),
-                              _mm256_loadu_ps(xs + g), off);
-      float o = hsum(off);
-      for (; g < groups; ++g) o += _cvtsh_ss(z[g]) * xs[g];
-      a.O[(m + j) * a.N + n] = hsum(acc[i][j]) + o + (a.B ? a.B[n] : 0.0f);
-    }
+    for (int j = 0; j < MR; ++j)
+      a.O[(m + j) * a.N + n] = hsum(acc[i][j]) + offset_sum(a.Z + n * groups, a.XS + (m + j) * groups, groups) + (a.B ? a.B[n] : 0.0f);
   }
 }
 
@@ -133,7 +134,25 @@ inline void panel_rows(int64_t count, const Args& a, int64_t m, int64_t p) {
   }
 }
 
+}  // namespace tandem_int4
+
+#include "int4_gemm_vnni.h"
+
+namespace tandem_int4 {
+
+// Whether the AVX-512 VNNI tiles (int4_gemm_vnni.h) run where the CPU has them: on unless the
+// environment says TANDEM_AVX512=0; tests switch it per module. Never depends on the rows, so a
+// process's plain decoding and verification agree.
+inline bool& vnni_enabled() {
+  static bool on = tandem_avx2::avx512_allowed_by_env();
+  return on;
+}
+
+// "avx512_vnni" or "avx2": the tiles that run (for reports, tests).
+inline const char* tile_set() { return tandem_avx2::cpu_has_avx512_vnni() && vnni_enabled() ? "avx512_vnni" : "avx2"; }
+
 inline void linear_into(const Args& a, int64_t M) {
+  if (tandem_avx2::cpu_has_avx512_vnni() && vnni_enabled()) return tandem_int4_vnni::linear_into(a, M);
   // Split across threads only when each gets enough weights to amortize waking it (~32 KB).
   const int64_t panel_bytes = 2 * a.K;
   const int64_t grain = std::max<int64_t>(2, (32 << 10) / std::max<int64_t>(panel_bytes, 1));

@@ -32,4 +32,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Release the GIL while computing: the Qt window's thread must keep running during a step.
   m.def("linear_int4w", &linear_int4w, "int4-weight linear (scale, offset per 32), inputs quantized to int8 per 32",
         py::call_guard<py::gil_scoped_release>());
+  m.def("int4_isa", &tandem_int4::tile_set, "which tiles run: avx512_vnni or avx2");
+  m.def("int4_allow_vnni", [](bool on) { tandem_int4::vnni_enabled() = on; },
+        "allow the AVX-512 VNNI tiles where the CPU has them (tests compare both on one machine)");
 }

@@ -40,19 +40,11 @@ inline int64_t blocks(int64_t K) { return (K + kBlock - 1) / kBlock; }
 // tiles on the same machine); tests switch it per module. A process keeps one setting while it
 // decodes, so plain decoding and verification agree.
 inline bool& vnni_enabled() {
-  static bool on = [] {
-    const char* env = std::getenv("TANDEM_AVX512");
-    return env == nullptr || std::string(env) != "0";
-  }();
+  static bool on = tandem_avx2::avx512_allowed_by_env();
   return on;
 }
 
-inline bool cpu_has_vnni() {
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512vnni");
-  return has;
-}
+inline bool cpu_has_vnni() { return tandem_avx2::cpu_has_avx512_vnni(); }
 
 inline bool use_vnni(int64_t K) { return vnni_enabled() && cpu_has_vnni() && K % tandem_a16_vnni::kStep == 0; }
 

@@ -5,6 +5,10 @@ import torch
 
 from kernels import int4_linear
 from kernels.int4_linear import reference
+from tests.kernels.isa import HAS_VNNI, VNNI_BY_DEFAULT
+
+KERNELS = int4_linear.available_backends()
+KERNELS += ["cpu_avx2/avx512_vnni"] if "cpu_avx2" in KERNELS and HAS_VNNI else []
 
 
 @pytest.fixture(params=int4_linear.available_backends())
@@ -15,15 +19,33 @@ def backend(request):
     int4_linear.use_backend(previous)
 
 
+@pytest.fixture(params=KERNELS)
+def kernel(request):
+    """Every backend; the compiled one twice where the CPU has AVX-512 VNNI: its AVX2 tiles and
+    its VNNI tiles."""
+    name, _, tiles = request.param.partition("/")
+    previous = int4_linear.active_backend()
+    int4_linear.use_backend(name)
+    if name == "cpu_avx2":
+        from kernels.int4_linear import cpu_avx2
+        was_on = cpu_avx2.int4_isa() == "avx512_vnni" or not HAS_VNNI
+        cpu_avx2.int4_allow_vnni(tiles == "avx512_vnni")
+        assert cpu_avx2.int4_isa() == (tiles or "avx2")
+    yield request.param
+    if name == "cpu_avx2":
+        cpu_avx2.int4_allow_vnni(was_on)
+    int4_linear.use_backend(previous)
+
+
 def _layer(n, k, seed):
     gen = torch.Generator().manual_seed(seed)
     return int4_linear.quantize(torch.randn(n, k, generator=gen) * 0.05), gen
 
 
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 9, 13])
-@pytest.mark.parametrize("k,n,bias", [(32, 4, True), (96, 72, False), (1536, 36, True), (288, 8, False)])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 9, 13, 20])
+@pytest.mark.parametrize("k,n,bias", [(32, 4, True), (96, 72, False), (1536, 36, True), (288, 8, False), (896, 132, False)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_backend_matches_reference(backend, m, k, n, bias, dtype):
+def test_backend_matches_reference(kernel, m, k, n, bias, dtype):
     (packed, scale, offset), gen = _layer(n, k, m * 1000 + k + n)
     x = torch.randn(m, k, generator=gen).to(dtype)
     b = torch.randn(n, generator=gen) if bias else None
@@ -48,16 +70,17 @@ def test_close_to_the_float_layer(backend):
     assert rel < 0.12, rel  # 4-bit weights: ~8% relative error on random weights
 
 
-@pytest.mark.parametrize("k,n", [(1536, 40), (224, 12), (32, 4)])
+@pytest.mark.parametrize("k,n", [(1536, 40), (224, 12), (32, 4), (896, 44)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_rows_do_not_depend_on_how_many_are_computed_together(backend, k, n, dtype):
+def test_rows_do_not_depend_on_how_many_are_computed_together(kernel, k, n, dtype):
     """Verification computes k+1 rows in one call, plain decoding one row per call: an int4
-    target is speculated losslessly only if both give the same bits."""
+    target is speculated losslessly only if both give the same bits. Up to 20 rows: a prefill
+    runs in chunks of rows (the VNNI tiles: 8)."""
     (packed, scale, offset), gen = _layer(n, k, k + n)
-    x = torch.randn(13, k, generator=gen).to(dtype)
+    x = torch.randn(20, k, generator=gen).to(dtype)
     b = torch.randn(n, generator=gen)
-    alone = torch.cat([int4_linear.linear(x[i:i + 1], packed, scale, offset, b) for i in range(13)])
-    for m in range(1, 14):
+    alone = torch.cat([int4_linear.linear(x[i:i + 1], packed, scale, offset, b) for i in range(20)])
+    for m in range(1, 21):
         assert torch.equal(int4_linear.linear(x[:m], packed, scale, offset, b), alone[:m]), m
     # Rows computed after others in the same call: the same bits as alone.
     assert torch.equal(int4_linear.linear(x[4:9], packed, scale, offset, b), alone[4:9])
@@ -125,3 +148,22 @@ def test_fast_backend_is_built_where_the_cpu_supports_it():
 
     if shutil.which("c++") and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
         assert "cpu_avx2" in int4_linear.available_backends()
+
+
+def test_vnni_tiles_run_where_the_cpu_has_them():
+    if "cpu_avx2" not in int4_linear.available_backends():
+        pytest.skip("no compiled kernel on this CPU")
+    from kernels.int4_linear import cpu_avx2
+    assert cpu_avx2.int4_isa() == ("avx512_vnni" if VNNI_BY_DEFAULT else "avx2")
+    from kernels.draft_decoder import cpu_avx2 as decoder
+    assert decoder.int4_isa() == cpu_avx2.int4_isa()  # the drafter's and int4 targets' layers too
+
+
+def test_the_kernel_report_names_the_int4_vnni_tiles_where_they_run():
+    from kernels import cpu_kernel_report
+
+    report = cpu_kernel_report()
+    if int4_linear.active_backend() == "cpu_avx2" and VNNI_BY_DEFAULT:
+        assert "int4 linear cpu_avx2 (AVX-512 VNNI)" in report
+    else:
+        assert "int4 linear cpu_avx2 (" not in report

@@ -1,11 +1,11 @@
 """int8 weight-only linear: every backend against the reference, and the quantizer's contract."""
-import os
 
 import pytest
 import torch
 
 from kernels import quant_linear
 from kernels.quant_linear import reference
+from tests.kernels.isa import HAS_VNNI, VNNI_BY_DEFAULT
 
 
 @pytest.fixture(params=quant_linear.available_backends())
@@ -100,16 +100,6 @@ def test_packed_weights_give_the_same_result(backend, m, k, n, bias):
 # int16 inputs (linear_a16, int8 targets): the inputs are quantized per 256 values, the
 # products summed exactly in integers.
 
-def _cpu_flags() -> set[str]:
-    from pathlib import Path
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    return set(next((line for line in lines if line.startswith("flags")), "").split())
-
-
-# TANDEM_AVX512=0 turns the VNNI tiles off by default (the fixture still switches them on).
-HAS_VNNI = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= _cpu_flags()
-VNNI_BY_DEFAULT = HAS_VNNI and os.environ.get("TANDEM_AVX512") != "0"
 A16_KERNELS = [b for b in quant_linear.available_backends()]
 A16_KERNELS += ["cpu_avx2/avx512_vnni"] if "cpu_avx2" in A16_KERNELS and HAS_VNNI else []
 
