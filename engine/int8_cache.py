@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 VERSION = 1  # of the quantization rule: per-output-row symmetric int8, round half to even
 # Versions per kind ("int8": the rule above; "int4": kernels.int4_linear.reference.quantize).
-VERSIONS = {"int8": VERSION, "int4": 1}
+VERSIONS = {"int8": VERSION, "int4": 2}  # int4 v2: fp16 scales (v1: fp32)
 
 
 def cache_path(model_dir: Path, kind: str = "int8") -> Path:
@@ -59,4 +59,18 @@ def save(model_dir: Path, tensors: dict[str, torch.Tensor], kind: str = "int8") 
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata={f"tandem_{kind}_version": str(VERSIONS[kind])})
     os.replace(tmp, path)
     log.info("cached %s weights of %s in %s", kind, Path(model_dir).name, path)
+    _remove_older_versions(path)
     return path
+
+
+def _remove_older_versions(path: Path) -> None:
+    """The same model's files of earlier quantization rules are never read again (the int4
+    cache of a 1.5B model is ~1 GB): drop them."""
+    stem = path.name.rsplit("-v", 1)[0]
+    for old in path.parent.glob(f"{stem}-v*.safetensors"):
+        if old != path:
+            try:
+                old.unlink()
+                log.info("removed %s, written by an earlier version", old)
+            except OSError as exc:
+                log.warning("could not remove the outdated cache %s (%s)", old, exc)

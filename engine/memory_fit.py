@@ -6,7 +6,7 @@ An estimate has four parts (bytes):
                resident (an untied input embedding memory-mapped on the CPU: STORED_PRECISION);
                "int8" is the engine's int8 target: every linear layer and the LM head int8 with
                fp32 row scales, the input embedding left at bf16 (int8_target_bytes); "int4"
-               its int4 target, 5.5 bits per linear weight (int4_target_bytes)
+               its int4 target, 5 bits per linear weight (int4_target_bytes)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
                per token, sliding-window layers holding at most their window
     drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" / "int4" are the
@@ -191,13 +191,13 @@ def int8_target_bytes(params: int, arch: Architecture | None, device: Device) ->
     return total
 
 
-INT4_BYTES_PER_WEIGHT = 5.5 / 8  # 4-bit codes + an fp32 scale and an fp16 offset per 32 (quantize.Int4Linear)
+INT4_BYTES_PER_WEIGHT = 5 / 8  # 4-bit codes + an fp16 scale and offset per 32 (quantize.Int4Linear)
 
 
 def int4_target_bytes(params: int, arch: Architecture | None, device: Device) -> int:
     """Resident bytes of the engine's int4 target (engine/quantize.py ``to_int4_target``): every
-    linear layer, the LM head included, at half a byte per weight plus an fp32 scale and an fp16
-    offset per 32 (5.5 bits in all); the input embedding as for int8."""
+    linear layer, the LM head included, at half a byte per weight plus an fp16 scale and offset
+    per 32 (5 bits in all); the input embedding as for int8."""
     if arch is None:
         return math.ceil(params * INT4_BYTES_PER_WEIGHT)
     table = arch.vocab_size * arch.hidden_size
@@ -211,7 +211,7 @@ def int4_target_bytes(params: int, arch: Architecture | None, device: Device) ->
 
 def quantized_drafter_bytes(params: int, arch: Architecture | None, weights: str, device: Device) -> int:
     """Resident bytes of the engine's int8 or int4 drafter (engine/quantize.py): the decoder
-    layers' linears as int8 with fp32 row scales, or int4 at 5.5 bits a weight (as the int4
+    layers' linears as int8 with fp32 row scales, or int4 at 5 bits a weight (as the int4
     target's), the embedding and LM head left at bf16 (the head's rows are quantized only when a
     reduced head is used, which is smaller still)."""
     per_weight = 1.0 if weights == "int8" else INT4_BYTES_PER_WEIGHT

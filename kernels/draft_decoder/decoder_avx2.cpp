@@ -135,7 +135,7 @@ void check(const Weight& w, int64_t K) {
 // out[M, N] = h[M, K] . W^T + b.
 void lin(const float* h, int64_t M, int64_t K, const Weight& w, const c10::optional<torch::Tensor>& b, float* out) {
   if (w.int4())
-    tandem_int4::linear_into(h, M, K, w.w.data_ptr<uint8_t>(), w.s.data_ptr<float>(), tandem_int4::half_ptr(*w.off),
+    tandem_int4::linear_into(h, M, K, w.w.data_ptr<uint8_t>(), tandem_int4::half_ptr(w.s), tandem_int4::half_ptr(*w.off),
                              opt_ptr(b), w.out_features(), out);
   else if (w.int16_inputs)
     tandem_a16::linear_into(h, M, K, w.w.data_ptr<int8_t>(), w.s.data_ptr<float>(), opt_ptr(b), w.out_features(), out);

@@ -60,7 +60,7 @@ struct Args {
   const float* DX;
   const float* XS;
   const uint8_t* Q;  // panels [N/4][K/32][4][16]
-  const float* S;    // panels [N/4][K/32][4]
+  const uint16_t* S;  // fp16 panels [N/4][K/32][4]
   const uint16_t* Z;
   const float* B;
   float* O;
@@ -91,16 +91,18 @@ inline void tile(const Args& a, int64_t m, int64_t p, int r0) {
   const __m256i shift = _mm256_setr_epi64x(0, 0, 4, 4);
   const __m256i mask = _mm256_set1_epi8(0x0F);
   const uint8_t* q = a.Q + p * groups * 64;
-  const float* s = a.S + p * groups * 4;
+  const uint16_t* s = a.S + p * groups * 4;
   __m256 acc[NR][MR];
   for (int i = 0; i < NR; ++i)
     for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
     if (r0 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + g * 64 + 256), _MM_HINT_T0);
+    // The group's 4 fp16 scales at once; each row broadcasts its own.
+    const __m256 scales = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + g * 4))));
     for (int i = 0; i < NR; ++i) {
       const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + g * 64 + (r0 + i) * 16)));
       const __m256i codes = _mm256_and_si256(_mm256_srlv_epi64(bytes, shift), mask);
-      const __m256 scale = _mm256_broadcast_ss(s + g * 4 + r0 + i);
+      const __m256 scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(r0 + i));
       for (int j = 0; j < MR; ++j) {
         const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.XQ + (m + j) * K + g * kGroup));
         const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xq), ones);
@@ -163,7 +165,7 @@ inline void linear_into(const Args& a, int64_t M) {
 }
 
 // O[M, N] = X[M, K] . W'^T (+ B): quantizes X's rows, then runs the tiles.
-inline void linear_into(const float* X, int64_t M, int64_t K, const uint8_t* Q, const float* S, const uint16_t* Z,
+inline void linear_into(const float* X, int64_t M, int64_t K, const uint8_t* Q, const uint16_t* S, const uint16_t* Z,
                         const float* B, int64_t N, float* O) {
   Quantized xq;
   quantize_rows(X, M, K, xq);
@@ -178,9 +180,9 @@ inline int64_t check_weight(const torch::Tensor& packed, const torch::Tensor& sc
                   packed.size(2) == 4 && packed.size(3) == 16 && packed.is_contiguous(),
               "int4 linear: packed weights must be contiguous panels [N/4, K/32, 4, 16] uint8");
   const int64_t N = packed.size(0) * 4;
-  TORCH_CHECK(scale.scalar_type() == at::kFloat && scale.dim() == 3 && scale.size(0) == N / 4 &&
+  TORCH_CHECK(scale.scalar_type() == at::kHalf && scale.dim() == 3 && scale.size(0) == N / 4 &&
                   scale.size(1) == K / kGroup && scale.size(2) == 4 && scale.is_contiguous(),
-              "int4 linear: scales must be contiguous fp32 panels [N/4, K/32, 4]");
+              "int4 linear: scales must be contiguous fp16 panels [N/4, K/32, 4]");
   TORCH_CHECK(offset.scalar_type() == at::kHalf && offset.dim() == 2 && offset.size(0) == N &&
                   offset.size(1) == K / kGroup && offset.is_contiguous(),
               "int4 linear: offsets must be contiguous fp16 [N, K/32]");

@@ -1,5 +1,5 @@
 // y[m, n] = sum_g scale[n, g] * dx[m, g] * (codes . xq)_g + offset[n, g] * xsum[m, g] (+ b[n]):
-// int4 weights with an fp32 scale and fp16 offset per 32 (in panels of 4 rows), inputs quantized per 32 values to
+// int4 weights with an fp16 scale and offset per 32 (in panels of 4 rows), inputs quantized per 32 values to
 // int8 (reference.py is the contract; llama.cpp's Q4_1 x Q8_1 recipe). The products are integer
 // (vpmaddubsw / vpmaddwd): 32 weights cost ~10 instructions where widening them to fp32 cost
 // ~22, so one decode row is bound by memory bandwidth again, and a verification block reuses
@@ -23,7 +23,7 @@ torch::Tensor linear_int4w(torch::Tensor x, torch::Tensor packed, torch::Tensor 
     bf = bias->to(at::kFloat).contiguous();
     B = bf.data_ptr<float>();
   }
-  tandem_int4::linear_into(xf.data_ptr<float>(), M, K, packed.data_ptr<uint8_t>(), scale.data_ptr<float>(),
+  tandem_int4::linear_into(xf.data_ptr<float>(), M, K, packed.data_ptr<uint8_t>(), tandem_int4::half_ptr(scale),
                            tandem_int4::half_ptr(offset), B, N, out.data_ptr<float>());
   return out.to(x.scalar_type()).reshape(out_shape);
 }

@@ -90,6 +90,24 @@ def test_int4_load_converts_once_then_reads_the_cache(tmp_path):
     assert torch.equal(ModelRunner(first.model).forward(ids), ModelRunner(second.model).forward(ids))
 
 
+def test_converting_again_removes_the_cache_of_an_earlier_format(tmp_path):
+    """int4 v2 stores fp16 scales; the v1 file (fp32 scales) of the same model is never read
+    again, so writing v2 drops it."""
+    target_dir, _ = save_pair(tmp_path)
+    path = int8_cache.cache_path(target_dir, "int4")
+    assert path.name.endswith(f"-v{int8_cache.VERSIONS['int4']}.safetensors")
+    older = path.with_name(path.name.rsplit("-v", 1)[0] + "-v1.safetensors")
+    other_model = path.with_name("another-model-0123456789ab-v1.safetensors")
+    for stale in (older, other_model):
+        stale.parent.mkdir(parents=True, exist_ok=True)
+        stale.write_bytes(b"old")
+    loaded = load_model(target_dir, "int4", "cpu")
+    assert not loaded.from_cache and path.exists()
+    assert not older.exists() and other_model.exists()  # another model's file is left alone
+    scales = [m.scale for m in loaded.model.modules() if isinstance(m, Int4Linear)]
+    assert scales and all(s.dtype == torch.float16 for s in scales)
+
+
 def test_an_int8_cache_is_not_taken_for_an_int4_one(tmp_path):
     target_dir, _ = save_pair(tmp_path)
     load_model(target_dir, "int8", "cpu")

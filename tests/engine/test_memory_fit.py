@@ -413,7 +413,7 @@ def test_an_int4_drafter_is_budgeted_below_an_int8_one_with_its_tables_at_bf16(d
     table = arch.vocab_size * arch.hidden_size * 2  # bf16, one resident table on the CPU
     layers = int8 - table  # one byte a weight
     assert 300e6 < layers < 400e6  # Qwen2.5 0.5B: ~358M weights outside the tables
-    assert int4 - table == pytest.approx(layers * 5.5 / 8, abs=2)
+    assert int4 - table == pytest.approx(layers * 5 / 8, abs=2)
     assert estimate_memory(default_pair_entry, "int8", 512, "cpu", drafter_weights="int4").drafter < \
         estimate_memory(default_pair_entry, "int8", 512, "cpu", drafter_weights="int8").drafter
 

@@ -128,8 +128,9 @@ def test_int4_layer_matches_reference(backend, n_heads, n_kv, steps, biases):
         reference.decoder_layer(want, *weights, *caches["want"], cos, sin, pos, n_heads, n_kv, 1e-6, offsets)
         # Each int4 layer rounds its inputs to int8: a last-bit difference upstream (attention's
         # summation order) can move one input across a rounding boundary, a step of ~1/127 of
-        # its group's largest value.
-        assert torch.allclose(got, want, rtol=1e-2, atol=1e-2), (got - want).abs().max()
+        # its group's largest value; through the down projection that moved outputs (~1-4 in
+        # size) by up to 0.031 here. A wrong scale, offset or lane order moves them by ~0.1-1.
+        assert torch.allclose(got, want, rtol=1e-2, atol=5e-2), (got - want).abs().max()
         pos += m
 
 

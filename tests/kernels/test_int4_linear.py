@@ -95,7 +95,7 @@ def test_quantization_error_is_at_most_half_a_step():
     w = torch.randn(40, 128, generator=torch.Generator().manual_seed(0)) * torch.logspace(-3, 1, 40)[:, None]
     packed, scale, offset = int4_linear.quantize(w)
     assert packed.dtype == torch.uint8 and packed.shape == (10, 4, 4, 16)
-    assert scale.dtype == torch.float32 and scale.shape == (10, 4, 4)
+    assert scale.dtype == torch.float16 and scale.shape == (10, 4, 4)
     assert offset.dtype == torch.float16 and offset.shape == (40, 4)
     codes = reference.unpack(packed)
     assert codes.shape == (40, 128) and int(codes.max()) <= 15
@@ -111,8 +111,8 @@ def test_panels_hold_four_rows_interleaved_by_group():
     packed, scale, offset = int4_linear.quantize(w)
     block = packed[1, 1, 1]
     codes = torch.cat([block & 0x0F, block >> 4])
-    assert torch.equal(codes, torch.round(torch.arange(32) / (31 / 15)).to(torch.uint8))
-    assert scale[1, 1, 1] == pytest.approx(31 / 15)
+    assert scale[1, 1, 1] == pytest.approx(31 / 15, rel=2 ** -11)  # fp16
+    assert torch.equal(codes, torch.round(torch.arange(32) / scale[1, 1, 1].float()).to(torch.uint8))
     assert torch.equal(reference.unpack(packed)[5, 32:], codes)
 
 
@@ -167,3 +167,15 @@ def test_the_kernel_report_names_the_int4_vnni_tiles_where_they_run():
         assert "int4 linear cpu_avx2 (AVX-512 VNNI)" in report
     else:
         assert "int4 linear cpu_avx2 (" not in report
+
+
+def test_scales_are_fp16_and_never_zero():
+    """A group whose range rounds to 0 in fp16 keeps scale 1 (its codes 0: w' = offset)."""
+    w = torch.randn(4, 64) * 0.05
+    w[1, :32] = 0.3 + torch.arange(32) * 1e-9  # a range far below fp16's smallest step
+    packed, scale, offset = int4_linear.quantize(w)
+    assert scale.dtype == torch.float16 and bool((scale > 0).all())
+    back = int4_linear.dequantize(packed, scale, offset)
+    assert torch.allclose(back[1, :32], w[1, :32], atol=1e-3)
+    # 5 bits a weight: 16 bytes of codes, 2 of scale, 2 of offset per 32.
+    assert packed.numel() + 2 * scale.numel() + 2 * offset.numel() == w.numel() * 5 // 8
