@@ -45,11 +45,11 @@ def linear_a16(x, q, scale, bias=None):
     return backends.active.linear_a16(x, q, scale, bias)
 
 
-def tile_set_detail(backend_name: str, a16_isa) -> str:
+def tile_set_detail(backend_name: str, isa) -> str:
     """What a kernel report adds to a compiled backend's name: " (AVX-512 VNNI)" where its tiles
     use it (int16_inputs.h, shared by this package and kernels/draft_decoder; int4_gemm.h, shared
     by kernels/int4_linear and kernels/draft_decoder: both follow the CPU)."""
-    return " (AVX-512 VNNI)" if backend_name == "cpu_avx2" and a16_isa() == "avx512_vnni" else ""
+    return " (AVX-512 VNNI)" if backend_name == "cpu_avx2" and isa() == "avx512_vnni" else ""
 
 
 def backend_detail() -> str:
