@@ -1,5 +1,7 @@
 """What this CPU offers the compiled kernels, for tests that run both tile sets."""
+import importlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -12,3 +14,30 @@ def _cpu_flags() -> set[str]:
 HAS_VNNI = {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"} <= _cpu_flags()
 # TANDEM_AVX512=0 turns the VNNI tiles off by default (fixtures can still switch them on).
 VNNI_BY_DEFAULT = HAS_VNNI and os.environ.get("TANDEM_AVX512") != "0"
+
+
+def kernel_params(available: list[str]) -> list[str]:
+    """Every backend; the compiled one twice where the CPU has AVX-512 VNNI ("cpu_avx2" runs its
+    AVX2 tiles, "cpu_avx2/avx512_vnni" its VNNI tiles)."""
+    return available + (["cpu_avx2/avx512_vnni"] if "cpu_avx2" in available and HAS_VNNI else [])
+
+
+@contextmanager
+def kernel_in_use(package, param: str, isa: str, allow: str):
+    """Run ``package`` on the backend and tile set ``param`` names (see kernel_params), then put
+    back what was in use. ``isa`` / ``allow``: the names of the compiled module's tile-set query
+    and switch (``a16_isa`` / ``a16_allow_vnni``, ``int4_isa`` / ``int4_allow_vnni``)."""
+    name, _, tiles = param.partition("/")
+    previous = package.active_backend()
+    package.use_backend(name)
+    compiled = importlib.import_module(f"{package.__name__}.cpu_avx2") if name == "cpu_avx2" else None
+    if compiled is not None:
+        was_on = getattr(compiled, isa)() == "avx512_vnni" or not HAS_VNNI
+        getattr(compiled, allow)(tiles == "avx512_vnni")
+        assert getattr(compiled, isa)() == (tiles or "avx2")
+    try:
+        yield param
+    finally:
+        if compiled is not None:
+            getattr(compiled, allow)(was_on)
+        package.use_backend(previous)

@@ -5,10 +5,9 @@ import torch
 
 from kernels import int4_linear
 from kernels.int4_linear import reference
-from tests.kernels.isa import HAS_VNNI, VNNI_BY_DEFAULT
+from tests.kernels.isa import VNNI_BY_DEFAULT, kernel_in_use, kernel_params
 
-KERNELS = int4_linear.available_backends()
-KERNELS += ["cpu_avx2/avx512_vnni"] if "cpu_avx2" in KERNELS and HAS_VNNI else []
+KERNELS = kernel_params(int4_linear.available_backends())
 
 
 @pytest.fixture(params=int4_linear.available_backends())
@@ -21,20 +20,8 @@ def backend(request):
 
 @pytest.fixture(params=KERNELS)
 def kernel(request):
-    """Every backend; the compiled one twice where the CPU has AVX-512 VNNI: its AVX2 tiles and
-    its VNNI tiles."""
-    name, _, tiles = request.param.partition("/")
-    previous = int4_linear.active_backend()
-    int4_linear.use_backend(name)
-    if name == "cpu_avx2":
-        from kernels.int4_linear import cpu_avx2
-        was_on = cpu_avx2.int4_isa() == "avx512_vnni" or not HAS_VNNI
-        cpu_avx2.int4_allow_vnni(tiles == "avx512_vnni")
-        assert cpu_avx2.int4_isa() == (tiles or "avx2")
-    yield request.param
-    if name == "cpu_avx2":
-        cpu_avx2.int4_allow_vnni(was_on)
-    int4_linear.use_backend(previous)
+    with kernel_in_use(int4_linear, request.param, "int4_isa", "int4_allow_vnni") as param:
+        yield param
 
 
 def _layer(n, k, seed):

@@ -5,7 +5,7 @@ import torch
 
 from kernels import quant_linear
 from kernels.quant_linear import reference
-from tests.kernels.isa import HAS_VNNI, VNNI_BY_DEFAULT
+from tests.kernels.isa import VNNI_BY_DEFAULT, kernel_in_use, kernel_params
 
 
 @pytest.fixture(params=quant_linear.available_backends())
@@ -100,26 +100,13 @@ def test_packed_weights_give_the_same_result(backend, m, k, n, bias):
 # int16 inputs (linear_a16, int8 targets): the inputs are quantized per 256 values, the
 # products summed exactly in integers.
 
-A16_KERNELS = [b for b in quant_linear.available_backends()]
-A16_KERNELS += ["cpu_avx2/avx512_vnni"] if "cpu_avx2" in A16_KERNELS and HAS_VNNI else []
+A16_KERNELS = kernel_params(quant_linear.available_backends())
 
 
 @pytest.fixture(params=A16_KERNELS)
 def a16_kernel(request):
-    """Every backend; the compiled one twice where the CPU has AVX-512 VNNI: its AVX2 tiles and
-    its VNNI tiles."""
-    name, _, tiles = request.param.partition("/")
-    previous = quant_linear.active_backend()
-    quant_linear.use_backend(name)
-    if name == "cpu_avx2":
-        from kernels.quant_linear import cpu_avx2
-        was_on = cpu_avx2.a16_isa() == "avx512_vnni" or not HAS_VNNI
-        cpu_avx2.a16_allow_vnni(tiles == "avx512_vnni")
-        assert cpu_avx2.a16_isa() == (tiles or "avx2")
-    yield request.param
-    if name == "cpu_avx2":
-        cpu_avx2.a16_allow_vnni(was_on)
-    quant_linear.use_backend(previous)
+    with kernel_in_use(quant_linear, request.param, "a16_isa", "a16_allow_vnni") as param:
+        yield param
 
 
 def _outlier_inputs(m, k, gen):
