@@ -319,6 +319,7 @@ class MainWindow(QMainWindow):
 
     def _loaded(self, loaded: ModelLoaded) -> None:
         self.loaded = loaded
+        gui_gc.settle()  # later collections on this thread skip the models' objects
         if loaded.drafter:
             drafter = f" + {loaded.drafter} drafting"
         else:

@@ -46,3 +46,31 @@ def test_closing_the_last_window_hands_collection_back(qtbot, make_window):
     assert not gc.isenabled()  # one window still open
     second.close()
     assert gc.isenabled()
+
+
+def test_a_loaded_model_is_frozen_out_of_later_collections(qtbot, make_window):
+    """After a load the GUI thread's collections skip the models' objects: scanning them made a
+    collection take 60-300 ms with the GIL held (the window froze)."""
+    window = make_window()
+    from app.jobs import SESSION
+
+    session = window.host.worker.state.get(SESSION)
+    assert session is not None
+    model = session.target.model
+    assert gc.get_freeze_count() > 1000
+    assert not any(obj is model for obj in gc.get_objects())  # frozen: no generation holds it
+
+
+def test_settling_frees_what_an_earlier_settle_froze(qtbot, make_window):
+    """A replaced model's cycles were frozen while it was alive; the next load's settle frees them."""
+    from app import gui_gc
+
+    make_window(load=False)
+    freed_on: list[str] = []
+    witness = _CycleWitness(freed_on)
+    gui_gc.settle()  # alive now: frozen with everything else
+    del witness
+    gc.collect()
+    assert freed_on == []  # frozen garbage is not collected
+    gui_gc.settle()
+    assert freed_on == [threading.main_thread().name]
