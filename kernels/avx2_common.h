@@ -25,6 +25,10 @@ inline bool avx512_allowed_by_env() {
   return env == nullptr || std::string(env) != "0";
 }
 
+// The name of the tile set a kernel family runs, given whether its VNNI tiles are allowed:
+// "avx512_vnni" where the CPU has them too, else "avx2" (reports, tests).
+inline const char* tile_set_name(bool vnni_allowed) { return vnni_allowed && cpu_has_avx512_vnni() ? "avx512_vnni" : "avx2"; }
+
 // 8 bf16 values widened to fp32 (a bf16 is the top half of an fp32).
 inline __m256 load_bf16x8(const uint16_t* p) {
   __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));

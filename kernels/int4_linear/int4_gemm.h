@@ -150,11 +150,13 @@ inline bool& vnni_enabled() {
   return on;
 }
 
+inline bool use_vnni() { return vnni_enabled() && tandem_avx2::cpu_has_avx512_vnni(); }
+
 // "avx512_vnni" or "avx2": the tiles that run (for reports, tests).
-inline const char* tile_set() { return tandem_avx2::cpu_has_avx512_vnni() && vnni_enabled() ? "avx512_vnni" : "avx2"; }
+inline const char* tile_set() { return tandem_avx2::tile_set_name(vnni_enabled()); }
 
 inline void linear_into(const Args& a, int64_t M) {
-  if (tandem_avx2::cpu_has_avx512_vnni() && vnni_enabled()) return tandem_int4_vnni::linear_into(a, M);
+  if (use_vnni()) return tandem_int4_vnni::linear_into(a, M);
   // Split across threads only when each gets enough weights to amortize waking it (~32 KB).
   const int64_t panel_bytes = 2 * a.K;
   const int64_t grain = std::max<int64_t>(2, (32 << 10) / std::max<int64_t>(panel_bytes, 1));

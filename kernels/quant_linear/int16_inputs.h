@@ -19,8 +19,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <vector>
 
 #include "avx2_common.h"
@@ -49,7 +47,7 @@ inline bool cpu_has_vnni() { return tandem_avx2::cpu_has_avx512_vnni(); }
 inline bool use_vnni(int64_t K) { return vnni_enabled() && cpu_has_vnni() && K % tandem_a16_vnni::kStep == 0; }
 
 // "avx512_vnni" or "avx2": the tiles widths that are a multiple of 32 run (for reports, tests).
-inline const char* tile_set() { return cpu_has_vnni() && vnni_enabled() ? "avx512_vnni" : "avx2"; }
+inline const char* tile_set() { return tandem_avx2::tile_set_name(vnni_enabled()); }
 
 // X [M, K] fp32 -> Q [M, K] int16 and S [M, blocks(K)]: per block s = amax / 32767,
 // q = round_half_even(x * (32767 / amax)) (0 where the block is all zeros).
