@@ -27,7 +27,9 @@ class ChatInput(QPlainTextEdit):
 
 
 def _bubble(role: str, content: str, note: str = "") -> str:
-    text = html.escape(content).replace("\n", "<br>") or "<i style='color:#999'>…</i>"
+    # pre-wrap: HTML would collapse the leading spaces that indent a reply's code.
+    text = (f"<div style='white-space:pre-wrap'>{html.escape(content)}</div>" if content
+            else "<i style='color:#999'>…</i>")
     if role == "user":
         return (f"<table width='100%' cellspacing='0'><tr><td width='20%'></td><td bgcolor='#e8f0fe' "
                 f"style='padding:8px'>{text}</td></tr></table>")

@@ -69,3 +69,14 @@ def test_sending_without_a_model_keeps_the_text(qtbot, make_window):
     window.chat.send()
     assert window.chat.input.toPlainText() == "are you there?"
     assert window.chat.current.messages == []
+
+
+def test_a_replys_code_keeps_its_indentation(qtbot, make_window):
+    """The transcript is HTML, which collapses runs of spaces: a Python reply lost its indents."""
+    window = make_window(load=False)
+    conversation = window.chat.current
+    conversation.messages.append({"role": "user", "content": "write f"})
+    conversation.messages.append({"role": "assistant", "content": "def f():\n    if x:\n        return 1", "stats": ""})
+    window.chat.render()
+    shown = window.chat.transcript.toPlainText().replace("\u2029", "\n")
+    assert "def f():\n    if x:\n        return 1" in shown
