@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One prepared command for a lent GPU machine (issue 7). From the repository root:
+# One prepared command for a lent GPU machine (nothing in Tandem has been measured on a GPU yet;
+# this is the first check to run on one). From the repository root:
 #
 #     bash scripts/gpu_check.sh            # or: OUT=/some/dir bash scripts/gpu_check.sh
 #
