@@ -1,2 +1,2 @@
 """Tandem's Qt desktop app (PySide6). Never imports torch or transformers at module level:
-the engine is loaded lazily on a worker thread. The window itself is issue 5's work."""
+the engine is loaded lazily on a worker thread, so the window appears before torch loads."""

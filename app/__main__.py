@@ -40,7 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def setup_logging() -> Path:
-    from engine.paths import log_dir
+    from engine.core.paths import log_dir
 
     directory = log_dir()
     directory.mkdir(parents=True, exist_ok=True)
@@ -187,7 +187,7 @@ def _when(condition, then) -> None:
 def _icon():
     from PySide6.QtGui import QIcon
 
-    from engine.paths import RESOURCES
+    from engine.core.paths import RESOURCES
 
     path = RESOURCES / "icons" / "tandem.svg"
     return QIcon(str(path)) if path.exists() else None

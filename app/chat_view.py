@@ -6,12 +6,21 @@ import html
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
-    QCheckBox, QHBoxLayout, QLabel, QListWidget, QListWidgetItem, QPlainTextEdit, QPushButton,
-    QSplitter, QTextBrowser, QVBoxLayout, QWidget,
+    QCheckBox,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QPushButton,
+    QSplitter,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.conversations import Conversation, ConversationStore
-from engine.events import Failed, Finished, Stats, Tokens
+from engine.core.events import Failed, Finished, Stats, Tokens
 
 
 class ChatInput(QPlainTextEdit):

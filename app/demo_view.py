@@ -5,15 +5,26 @@ import json
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QComboBox, QDoubleSpinBox, QFrame, QGridLayout, QGroupBox, QHBoxLayout, QLabel, QPlainTextEdit,
-    QPushButton, QSpinBox, QSplitter, QVBoxLayout, QWidget,
+    QComboBox,
+    QDoubleSpinBox,
+    QFrame,
+    QGridLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.plots import PLAIN_COLOR, SPEC_COLOR, AcceptancePlot, SpeedPlot
 from app.stream_pane import DRAFT_BACKGROUND, StreamPane
-from engine.events import Failed, Finished, Stats, Tokens
-from engine.paths import RESOURCES
-from engine.settings import DecodeSettings
+from engine.core.events import Failed, Finished, Stats, Tokens
+from engine.core.paths import RESOURCES
+from engine.core.settings import DecodeSettings
 
 DRAFTERS = [("Draft model", "model"), ("MTP layers", "mtp"), ("Prompt lookup", "lookup"), ("Off", "off")]
 DRAFTER_TIPS = {

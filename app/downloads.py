@@ -1,5 +1,5 @@
 """Downloads from the Hugging Face Hub, as the window sees them: a job, its progress, the paths
-of what is installed. engine.hub does the work (it is torch-free, so the GUI thread may ask it
+of what is installed. engine.hub.download does the work (it is torch-free, so the GUI thread may ask it
 what is installed)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ RUNNABLE_DRAFTERS = {"draft_model"}  # kinds the engine can load as a separate d
 def installed_paths(entry):
     """(target dir, drafter dir or None) when the target is installed and verified, else None.
     A drafter kind the engine cannot run yet is skipped (prompt lookup drafts instead)."""
-    from engine.hub import is_installed
+    from engine.hub.download import is_installed
 
     target = is_installed(entry.target_repo)
     if target is None:
@@ -24,7 +24,7 @@ def installed_paths(entry):
 
 def download_job(entry):
     def run(ctx) -> None:
-        from engine.hub import fetch_events
+        from engine.hub.download import fetch_events
 
         wants_drafter = bool(entry.drafter_repo) and entry.drafter_kind in ("draft_model", "assistant")
         options = {"drafter": wants_drafter}
@@ -44,8 +44,8 @@ def _duration(seconds: float | None) -> str:
 
 
 def describe_download_event(event) -> tuple[Progress | None, str]:
-    """(progress to show or None, error message or "") for one engine.hub event."""
-    from engine.hub_events import DownloadFailed, DownloadFinished, DownloadProgress, DownloadStarted
+    """(progress to show or None, error message or "") for one engine.hub.download event."""
+    from engine.hub.events import DownloadFailed, DownloadFinished, DownloadProgress, DownloadStarted
 
     if isinstance(event, DownloadStarted):
         return Progress("Downloading", event.bytes_present, event.total_bytes, "bytes",

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from app.messages import DrafterNote, MachineReport, ModelLoaded, Progress
-from engine.settings import DecodeSettings
+from engine.core.settings import DecodeSettings
 
 log = logging.getLogger(__name__)
 SESSION = "session"
@@ -25,13 +25,13 @@ def probe_machine(context: int):
     """Hardware, memory fit of every catalog entry at ``context`` tokens, what is installed."""
 
     def run(ctx) -> None:
-        from engine import default_pair
+        from engine.models import default_pair
 
         ready = default_pair.installed_paths() is not None
         try:
-            from engine.catalog import load_catalog
-            from engine.hardware import detect_hardware
-            from engine.memory_fit import recommend
+            from engine.models.catalog import load_catalog
+            from engine.models.fit import recommend
+            from engine.models.hardware import detect_hardware
 
             hardware = detect_hardware()
             entries = load_catalog()
@@ -49,7 +49,7 @@ def _installed(entry, default_ready: bool) -> bool:
     if entry.id == "default-offline":
         return default_ready
     try:
-        from engine.hub import is_installed
+        from engine.hub.download import is_installed
     except ImportError:
         return False
     return is_installed(entry.target_repo) is not None
@@ -60,7 +60,7 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
     pair, prepared from the installed packages when needed."""
 
     def run(ctx) -> None:
-        from engine import default_pair
+        from engine.models import default_pair
 
         ctx.state.pop(SESSION, None)  # free the old models before loading new ones
         if target is None:
@@ -75,8 +75,8 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
             return
         ctx.emit(Progress("Loading model", 0, 0))
         start = time.perf_counter()
-        from engine.compare import warm_up
-        from engine.session import Session
+        from engine.session.compare import warm_up
+        from engine.session.session import Session
 
         session = Session.load(target_path, drafter_path, precision, device)
         kind, note = default_drafter(session)
@@ -121,7 +121,7 @@ def _emit_note(ctx, session, before: str | None) -> None:
 
 def side_by_side(prompt: str, settings: DecodeSettings, drafter: str):
     def run(ctx) -> None:
-        from engine.side_by_side import side_by_side as run_both
+        from engine.session.side_by_side import side_by_side as run_both
 
         session = _session(ctx)
         before = session.drafter_note
@@ -135,7 +135,7 @@ def side_by_side(prompt: str, settings: DecodeSettings, drafter: str):
 
 def chat(messages: list[dict], settings: DecodeSettings, drafter: str):
     def run(ctx) -> None:
-        from engine.chat import chat_reply
+        from engine.session.chat import chat_reply
 
         session = _session(ctx)
         before = session.drafter_note

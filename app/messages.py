@@ -43,14 +43,14 @@ class ModelLoaded:
 
 @dataclass(frozen=True)
 class DrafterNote:
-    """The engine replaced the drafter the user chose (engine.session.Session.drafter_note)."""
+    """The engine replaced the drafter the user chose (engine.session.session.Session.drafter_note)."""
 
     text: str
 
 
 @dataclass(frozen=True)
 class MachineReport:
-    """Hardware summary and, per catalog entry, its memory fit (engine.memory_fit.FitResult)."""
+    """Hardware summary and, per catalog entry, its memory fit (engine.models.fit.FitResult)."""
 
     hardware: object
     fits: tuple = ()

@@ -4,11 +4,19 @@ from __future__ import annotations
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
-    QAbstractItemView, QComboBox, QHBoxLayout, QHeaderView, QLabel, QPushButton, QTableWidget,
-    QTableWidgetItem, QVBoxLayout, QWidget,
+    QAbstractItemView,
+    QComboBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
 )
 
-from engine.memory_fit import human_bytes  # torch-free; one way of writing sizes everywhere
+from engine.models.memory_fit import human_bytes  # torch-free; one way of writing sizes everywhere
 
 COLUMNS = ["Model", "Parameters", "Memory needed", "Fit", "Drafter", "Drafter kind", "Predicted speedup", "Installed"]
 FIT_LABELS = {
@@ -38,7 +46,7 @@ def speedup_text(value) -> str:
 
 
 def hardware_text(hw) -> str:
-    """One line: RAM, CPU, GPUs or Apple memory, free disk (engine.hardware.Hardware)."""
+    """One line: RAM, CPU, GPUs or Apple memory, free disk (engine.models.hardware.Hardware)."""
     if hw is None:
         return "Hardware: unknown"
     parts = [f"RAM {human_bytes(hw.ram_total)} ({human_bytes(hw.ram_available)} free)"]

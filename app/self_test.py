@@ -23,8 +23,8 @@ TIMEOUT_S = 600  # a tiny model needs seconds; a hang must not block a build mac
 class SelfTest:
     def __init__(self, args) -> None:
         """Build the tiny pair and point ``args`` at it (the --target/--demo/--screenshot path)."""
-        from engine.paths import log_dir
-        from engine.tiny_models import save_pair  # imports torch: fine here, the run needs it anyway
+        from engine.core.paths import log_dir
+        from engine.testing.tiny_models import save_pair  # imports torch: fine here, the run needs it anyway
 
         self.tmp = tempfile.TemporaryDirectory(prefix="tandem-self-test-")
         root = Path(self.tmp.name)
@@ -85,7 +85,7 @@ class SelfTest:
     def _resource_problems(self) -> list[str]:
         from PySide6.QtWidgets import QApplication
 
-        from engine.paths import RESOURCES
+        from engine.core.paths import RESOURCES
 
         problems = []
         if not (RESOURCES / "prompts" / "bench.jsonl").exists():
@@ -119,9 +119,9 @@ def _where() -> str:
     """Where this build looks for models and writes logs: a packaged app must resolve the same
     folders as a source install (platformdirs, huggingface_hub's cache), or it would not find
     the models a user already has."""
-    from engine import default_pair
-    from engine.hub_cache import hub_cache_dir
-    from engine.paths import RESOURCES, cache_dir, log_dir
+    from engine.core.paths import RESOURCES, cache_dir, log_dir
+    from engine.hub.cache import hub_cache_dir
+    from engine.models import default_pair
 
     ready = "ready" if default_pair.installed_paths() else "not prepared"
     return (f"self-test: cache {cache_dir()} (default model pair: {ready}), Hugging Face cache "

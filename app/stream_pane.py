@@ -32,7 +32,7 @@ class StreamPane(QTextEdit):
         self.marked: tuple[int, int] | None = None
 
     def append_segments(self, segments) -> None:
-        """``segments``: objects with ``text`` and ``from_draft`` (engine.token_origin.Segment)."""
+        """``segments``: objects with ``text`` and ``from_draft`` (engine.decode.token_origin.Segment)."""
         bar = self.verticalScrollBar()
         follow = bar.value() >= bar.maximum() - 4  # keep following unless the user scrolled up
         cursor = QTextCursor(self.document())

@@ -7,7 +7,14 @@ from enum import Enum
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QHBoxLayout, QLabel, QMainWindow, QProgressBar, QPushButton, QTabWidget, QToolButton, QVBoxLayout,
+    QHBoxLayout,
+    QLabel,
+    QMainWindow,
+    QProgressBar,
+    QPushButton,
+    QTabWidget,
+    QToolButton,
+    QVBoxLayout,
     QWidget,
 )
 
@@ -20,9 +27,9 @@ from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, MachineRepo
 from app.models_view import ModelsView, human_bytes
 from app.stall import StallMonitor
 from app.worker import EngineHost
-from engine.events import Failed
-from engine.paths import data_dir
-from engine.side_by_side import SideBySideResult
+from engine.core.events import Failed
+from engine.core.paths import data_dir
+from engine.session.side_by_side import SideBySideResult
 
 log = logging.getLogger(__name__)
 

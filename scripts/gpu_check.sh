@@ -96,7 +96,7 @@ if [ "$STATUS" -eq 2 ]; then
 else
     say "benchmark: default pair's shapes, random weights"
 fi
-timeout 300 "$PY" -m engine.gpu_bench "${BENCH_ARGS[@]}" --json "$OUT/gpu_bench.json" 2>>"$LOG" | tee -a "$LOG"
+timeout 300 "$PY" -m engine.bench.gpu_bench "${BENCH_ARGS[@]}" --json "$OUT/gpu_bench.json" 2>>"$LOG" | tee -a "$LOG"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { say "BENCHMARK FAILED OR TIMED OUT (rc $rc; see $LOG)"; STATUS=1; }
 

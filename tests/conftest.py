@@ -11,7 +11,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 @pytest.fixture(scope="session")
 def tiny_pair():
     """(tokenizer, target, drafter): tiny random Qwen2 models sharing a real BPE tokenizer."""
-    from engine.tiny_models import build_pair
+    from engine.testing.tiny_models import build_pair
 
     return build_pair(seed=0)
 
@@ -19,7 +19,7 @@ def tiny_pair():
 @pytest.fixture(scope="session")
 def default_pair_paths():
     """(target, drafter) folders of the real default pair; slow tests fail without the set-up."""
-    from engine import default_pair
+    from engine.models import default_pair
 
     found = default_pair.installed_paths()
     if found is None:
@@ -32,7 +32,7 @@ def isolated_home(request, tmp_path, monkeypatch):
     """Every test gets its own cache/data/log dirs. Slow tests share the user cache (the real
     default model pair the set-up installed there) but keep their data, logs and settings to
     themselves: a test's chats must never show up in the user's app."""
-    from engine.paths import cache_dir
+    from engine.core.paths import cache_dir
 
     home = tmp_path / "tandem-home"
     if request.node.get_closest_marker("slow") is not None:

@@ -34,3 +34,16 @@ def test_layer_imports(package):
             if name in FORBIDDEN[package]:
                 bad.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not bad, "\n".join(bad)
+
+
+def test_import_linter_contracts_hold():
+    """pyproject.toml's import-linter contracts: the one-way layers across and inside engine/."""
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    assert exe, "import-linter is a test dependency (pip install -e '.[test]')"
+    out = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout

@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from engine.sampler import Sampler
+from engine.core.sampler import Sampler
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ import time
 
 import torch
 
+from engine.core.sampler import Sampler
 from engine.drafters.base import Draft
 from engine.drafters.fused_runner import FusedRunner, worth_using
 from engine.drafters.reduced_head import ReducedHead
-from engine.runner import ModelRunner
-from engine.sampler import Sampler
+from engine.models.runner import ModelRunner
 
 
 class DraftModelDrafter:

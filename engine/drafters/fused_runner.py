@@ -1,7 +1,7 @@
 """Run an int8 drafter's decoder one kernel call per layer (kernels.draft_decoder).
 
 Same interface as ModelRunner (reset, forward_hidden, forward, crop, length) for the drafters
-it supports: Llama / Qwen2-shaped models whose linear layers are Int8Linear (engine.quantize),
+it supports: Llama / Qwen2-shaped models whose linear layers are Int8Linear (engine.quant.quantize),
 with plain rotary embeddings and no sliding window. It reads the model's own int8 buffers (no
 copy) and keeps its own fp32 key/value cache, grown by doubling.
 """
@@ -11,9 +11,9 @@ import logging
 
 import torch
 
-from engine.architecture import plain_causal_reason
-from engine.quantize import Int4Linear, Int8Linear
-from engine.runner import ContextTooLong
+from engine.models.architecture import plain_causal_reason
+from engine.models.runner import ContextTooLong
+from engine.quant.quantize import Int4Linear, Int8Linear
 from kernels import draft_decoder
 from kernels.draft_decoder.reference import rms_norm
 

@@ -26,10 +26,10 @@ import logging
 
 import torch
 
+from engine.core.sampler import Sampler
 from engine.drafters.assistant_fit import SharedKV, check_assistant_fits
 from engine.drafters.base import Draft
-from engine.runner import ModelRunner
-from engine.sampler import Sampler
+from engine.models.runner import ModelRunner
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
+from engine.core.sampler import Sampler
 from engine.drafters.base import Draft
-from engine.sampler import Sampler
 
 
 def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -> tuple[int, list[int]]:

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import torch
 
+from engine.core.sampler import Sampler
 from engine.drafters.base import Draft
-from engine.runner import ModelRunner
-from engine.sampler import Sampler
+from engine.models.runner import ModelRunner
 
 log = logging.getLogger(__name__)
 

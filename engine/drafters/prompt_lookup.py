@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from engine.core.sampler import Sampler
 from engine.drafters.base import Draft
-from engine.sampler import Sampler
 
 
 def find_continuation(

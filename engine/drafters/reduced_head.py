@@ -1,6 +1,6 @@
 """A drafter's LM head over a token subset (kernels.draft_head), plus the request's own tokens.
 
-The base subset is fixed per drafter (engine.draft_vocab); tokens of the current request's
+The base subset is fixed per drafter (engine.drafters.draft_vocab); tokens of the current request's
 context that it lacks (an identifier the prompt defines, a rare word the target just wrote) are
 added as a small extra block, so they stay proposable. Logits are [S + E] over ``ids``; the
 drafter maps an index back with ``ids`` and scatters distributions back with ``to_vocab``.

@@ -9,7 +9,7 @@ Why not a Metal shader: the work is k <= 16 gathers plus a few elementwise passe
 argmaxes over one V-long row (~0.6 MB at V = 151,936), i.e. memory-bound and launch-bound; a
 custom shader would save a few kernel launches (~10 us each on MPS) against a target pass of
 tens of milliseconds, and would bring a compile step into a pure-Python app. Not measured on a
-Mac here (none available); the claim is to be checked with ``engine.gpu_bench`` on one.
+Mac here (none available); the claim is to be checked with ``engine.bench.gpu_bench`` on one.
 
 Nothing here is MPS-specific, so the parity tests run it on CPU tensors too.
 """

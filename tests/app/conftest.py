@@ -8,7 +8,7 @@ from app.worker import EngineHost
 
 @pytest.fixture(scope="session")
 def tiny_dirs(tmp_path_factory):
-    from engine.tiny_models import save_pair
+    from engine.testing.tiny_models import save_pair
 
     return save_pair(tmp_path_factory.mktemp("tiny-models"))
 

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_default_pair_demo_and_chat(qtbot, app_settings, capsys):
-    from engine import default_pair
+    from engine.models import default_pair
 
     if default_pair.installed_paths() is None:
         pytest.fail("the default pair is not installed: run the set-up (make setup) first")

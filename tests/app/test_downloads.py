@@ -23,7 +23,7 @@ def fake_hub(tiny_dirs, tmp_path, monkeypatch):
 
 def tiny_entry():
     """A catalog entry like the real ones, pointing at the served tiny repos."""
-    from engine.catalog import find_entry
+    from engine.models.catalog import find_entry
 
     base = find_entry("qwen2.5-coder-1.5b")
     return dataclasses.replace(base, id="tiny-test", name="Tiny test model", target_repo=TARGET, drafter_repo=DRAFTER,
@@ -31,8 +31,8 @@ def tiny_entry():
 
 
 def test_download_then_load_and_run(qtbot, make_window, fake_hub):
-    from engine.hardware import Hardware
-    from engine.memory_fit import assess
+    from engine.models.fit import assess
+    from engine.models.hardware import Hardware
 
     window = make_window(load=False)
     fit = assess(tiny_entry(), Hardware.from_profile({"ram_gb": 16, "disk_free_gb": 100}), "bf16", 2048)
@@ -55,8 +55,8 @@ def test_download_then_load_and_run(qtbot, make_window, fake_hub):
 
 
 def test_a_missing_repo_is_a_readable_error(qtbot, make_window, fake_hub):
-    from engine.hardware import Hardware
-    from engine.memory_fit import assess
+    from engine.models.fit import assess
+    from engine.models.hardware import Hardware
 
     window = make_window(load=False)
     entry = dataclasses.replace(tiny_entry(), target_repo="tandem-test/does-not-exist", drafter_repo=None, drafter_kind="lookup")
@@ -66,8 +66,8 @@ def test_a_missing_repo_is_a_readable_error(qtbot, make_window, fake_hub):
 
 
 def test_cancel_a_download(qtbot, make_window, fake_hub):
-    from engine.hardware import Hardware
-    from engine.memory_fit import assess
+    from engine.models.fit import assess
+    from engine.models.hardware import Hardware
 
     fake_hub.rate_bps = 20_000  # slow enough to cancel mid-file
     window = make_window(load=False)
@@ -76,6 +76,6 @@ def test_cancel_a_download(qtbot, make_window, fake_hub):
     window.cancel_button.click()
     wait_idle(qtbot, window, timeout=10_000)
     assert not window.banner.isVisible()  # a cancel is not an error
-    from engine.hub import is_installed
+    from engine.hub.download import is_installed
 
     assert is_installed(TARGET) is None

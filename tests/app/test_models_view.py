@@ -4,9 +4,9 @@ from app.models_view import ModelsView
 
 
 def test_picker_rows_badges_and_recommendation(qtbot):
-    from engine.catalog import load_catalog
-    from engine.hardware import Hardware
-    from engine.memory_fit import recommend
+    from engine.models.catalog import load_catalog
+    from engine.models.fit import recommend
+    from engine.models.hardware import Hardware
 
     hardware = Hardware.from_profile({"ram_gb": 16, "gpus": [{"name": "RTX 4060", "vram_gb": 8}], "disk_free_gb": 200})
     fits = recommend(load_catalog(), hardware, 4096)

@@ -26,7 +26,7 @@ def run_demo(qtbot, window, prompt="def add(a, b):"):
 
 
 def test_a_gemma4_assistant_drafts_in_the_demo(qtbot, make_window, tmp_path):
-    from engine.tiny_gemma4 import save_gemma4_pair
+    from engine.testing.tiny_gemma4 import save_gemma4_pair
 
     target, assistant = save_gemma4_pair(tmp_path, "e2b")
     window = make_window(load=False)
@@ -40,8 +40,8 @@ def test_a_gemma4_assistant_drafts_in_the_demo(qtbot, make_window, tmp_path):
 
 
 def test_a_target_with_mtp_layers_switches_the_drafter_to_them(qtbot, make_window, tmp_path):
-    from engine.tiny_models import build_tokenizer
-    from engine.tiny_mtp import save_tiny_mtp_model
+    from engine.testing.tiny_models import build_tokenizer
+    from engine.testing.tiny_mtp import save_tiny_mtp_model
 
     target = save_tiny_mtp_model(tmp_path / "tiny-glm-mtp", build_tokenizer())
     window = make_window(load=False)
@@ -57,8 +57,8 @@ def test_a_target_with_mtp_layers_switches_the_drafter_to_them(qtbot, make_windo
 
 
 def test_a_pruned_mtp_checkpoint_falls_back_to_lookup_and_says_so(qtbot, make_window, tmp_path):
-    from engine.tiny_models import build_tokenizer
-    from engine.tiny_mtp import save_tiny_mtp_model
+    from engine.testing.tiny_models import build_tokenizer
+    from engine.testing.tiny_mtp import save_tiny_mtp_model
 
     target = save_tiny_mtp_model(tmp_path / "tiny-glm-pruned", build_tokenizer(), with_mtp=False)
     window = make_window(load=False)

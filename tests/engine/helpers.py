@@ -1,4 +1,4 @@
-from engine.events import Failed, Finished, Tokens
+from engine.core.events import Failed, Finished, Tokens
 
 
 def run_to_end(events):
@@ -15,10 +15,10 @@ def run_to_end(events):
 def assert_speculation_matches_plain(target, drafter, tokenizer, prompts, ks=(None, 1, 4, 8), max_new_tokens=32) -> int:
     """Greedy speculative decoding with a draft model equals plain decoding token for token, for
     every prompt and draft length (None: adaptive). Returns how many drafts were accepted."""
-    from engine.decoding import eos_token_ids, plain_decode, speculative_decode
+    from engine.core.settings import DecodeSettings
+    from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
     from engine.drafters import DraftModelDrafter
-    from engine.runner import ModelRunner
-    from engine.settings import DecodeSettings
+    from engine.models.runner import ModelRunner
 
     eos = eos_token_ids(target, tokenizer)
     accepted = 0

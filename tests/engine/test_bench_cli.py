@@ -2,7 +2,7 @@
 import json
 
 from engine.cli import main
-from engine.tiny_models import save_pair
+from engine.testing.tiny_models import save_pair
 
 
 def test_bench_compares_the_int8_target_with_bf16_plain_decoding(tmp_path, capsys):

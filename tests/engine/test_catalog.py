@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import catalog
-from engine.catalog import (
+from engine.models import catalog
+from engine.models.catalog import (
     CatalogError,
     ConfigError,
     architecture_from_config,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.catalog import load_catalog
+from engine.models.catalog import load_catalog
 
 from .test_hardware import MACHINES
 

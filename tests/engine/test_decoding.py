@@ -2,13 +2,13 @@
 import pytest
 import torch
 
-from engine.decoding import eos_token_ids, plain_decode, speculative_decode
+from engine.core.events import Failed, Finished
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import DraftModelDrafter, PromptLookupDrafter
 from engine.drafters.lookup_first import LookupFirstDrafter
-from engine.events import Failed, Finished
-from engine.runner import ModelRunner
-from engine.settings import DecodeSettings
-from engine.tiny_models import build_model, build_tokenizer, perturbed_copy
+from engine.models.runner import ModelRunner
+from engine.testing.tiny_models import build_model, build_tokenizer, perturbed_copy
 from tests.engine.helpers import run_to_end
 
 PROMPTS = ["def add(a, b):", "The quick brown fox", "for i in range(10):\n    print(i)"]
@@ -202,7 +202,7 @@ def test_drafter_stops_early_when_unsure_and_output_is_unchanged(tiny_pair):
 
 
 def test_drafter_options_carry_the_confidence_cut_to_the_drafter():
-    from engine.settings import DEFAULT_MIN_CONFIDENCE, DrafterOptions
+    from engine.core.settings import DEFAULT_MIN_CONFIDENCE, DrafterOptions
 
     assert 0 < DrafterOptions().min_confidence == DEFAULT_MIN_CONFIDENCE < 1
     with pytest.raises(ValueError, match="min_confidence"):
@@ -210,7 +210,7 @@ def test_drafter_options_carry_the_confidence_cut_to_the_drafter():
 
 
 def test_draft_lengths_are_bounded():
-    from engine.settings import MAX_DRAFT_LENGTH
+    from engine.core.settings import MAX_DRAFT_LENGTH
 
     DecodeSettings(draft_length=MAX_DRAFT_LENGTH, max_draft_length=MAX_DRAFT_LENGTH)
     with pytest.raises(ValueError, match="draft_length must be between 0 and"):
@@ -225,7 +225,7 @@ def test_a_drafter_that_need_not_draft_reads_the_prompt_only_when_it_first_draft
     """Costs from an earlier request that rule speculation out and make probes dear (an int4
     target): the drafter skips its prompt prefill, so the first token is not delayed by it. The
     first probe (after the longest wait) prefills it then; the output stays plain decoding's."""
-    from engine.draft_length import MeasuredCosts
+    from engine.decode.draft_length import MeasuredCosts
 
     tokenizer, target, drafter = tiny_pair
     prompt = encode(tokenizer, PROMPTS[1])
@@ -248,7 +248,7 @@ def test_a_drafter_that_need_not_draft_reads_the_prompt_only_when_it_first_draft
 def test_a_request_after_one_that_rejected_its_drafts_speculates_again(tiny_pair):
     """Costs kept across requests (Session._costs) after a request whose drafts were all
     rejected: the next request still drafts, and its output is still plain decoding's."""
-    from engine.draft_length import MeasuredCosts
+    from engine.decode.draft_length import MeasuredCosts
 
     tokenizer, target, drafter = tiny_pair
     prompt = encode(tokenizer, PROMPTS[1])

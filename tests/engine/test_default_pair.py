@@ -3,7 +3,7 @@ import hashlib
 
 import pytest
 
-from engine.default_pair import GgufSpec, ModelIntegrityError, ModelNotInstalled, assemble, part_paths
+from engine.models.default_pair import GgufSpec, ModelIntegrityError, ModelNotInstalled, assemble, part_paths
 
 
 def make_parts(tmp_path, chunks):

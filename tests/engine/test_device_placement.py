@@ -4,10 +4,18 @@ import json
 import pytest
 import torch
 
-from engine.hardware import Hardware
-from engine.placement import DoesNotFit, check_fits, dtype_for, free_memory, model_entry, pick_device, precision_name
-from engine.sampler import Sampler, generator_device
-from engine.settings import DecodeSettings
+from engine.core.sampler import Sampler, generator_device
+from engine.core.settings import DecodeSettings
+from engine.models.hardware import Hardware
+from engine.models.placement import (
+    DoesNotFit,
+    check_fits,
+    dtype_for,
+    free_memory,
+    model_entry,
+    pick_device,
+    precision_name,
+)
 
 # Qwen2.5-Coder-1.5B and -0.5B shapes (the default pair), without weights: parameter counts are
 # then estimated from the shapes.
@@ -103,7 +111,7 @@ def test_cpu_budget_is_available_ram(folders):
 
 def test_cpu_load_is_not_checked(tmp_path, tiny_pair, monkeypatch):
     """The CPU path loads as before: no memory check, bf16 in fast mode, a CPU generator."""
-    import engine.loading as loading
+    import engine.models.loading as loading
 
     tokenizer, target, _ = tiny_pair
     target.save_pretrained(tmp_path / "t")

@@ -1,7 +1,7 @@
 """The draft-length controller picks k from measured costs and acceptance."""
 import pytest
 
-from engine.draft_length import DraftLengthController
+from engine.decode.draft_length import DraftLengthController
 
 
 def feed(ctrl, steps, accept_rate, step_s, verify_slope, draft_step_s):
@@ -101,7 +101,7 @@ def test_accepted_probes_that_do_not_pay_back_off_too():
 
 
 def test_costs_from_an_earlier_request_seed_the_next():
-    from engine.draft_length import MeasuredCosts
+    from engine.decode.draft_length import MeasuredCosts
 
     first = feed(DraftLengthController(max_k=8), 30, 0.9, 1.0, 0.05, 0.1)
     known = first.measured()
@@ -124,7 +124,7 @@ def test_costs_from_an_earlier_request_seed_the_next():
 def test_a_low_acceptance_from_an_earlier_request_does_not_switch_the_next_one_off():
     """Prose (few drafts accepted) and then code on the same models: costs carry over, the
     acceptance starts again from the prior, so the code request drafts from its first step."""
-    from engine.draft_length import MeasuredCosts
+    from engine.decode.draft_length import MeasuredCosts
 
     after_prose = MeasuredCosts(v0=1.0, v1=0.1, draft_step_s=0.1, acceptance=0.05, catch_up_per_token_s=0.2)
     ctrl = DraftLengthController(max_k=8, known=after_prose)
@@ -150,7 +150,7 @@ def test_one_dear_first_pass_does_not_switch_speculation_off():
 
 
 def test_a_fixed_length_ignores_known_costs():
-    from engine.draft_length import MeasuredCosts
+    from engine.decode.draft_length import MeasuredCosts
 
     assert DraftLengthController(fixed=3, known=MeasuredCosts(1.0, 0.9, 0.6)).next_k() == 3
 
@@ -204,7 +204,7 @@ def test_probing_stops_when_the_drafters_catch_up_eats_what_speculation_could_ga
 
 
 def test_a_request_seeded_with_dear_probes_lets_the_drafter_wait():
-    from engine.draft_length import MeasuredCosts
+    from engine.decode.draft_length import MeasuredCosts
 
     dear = MeasuredCosts(v0=1.0, v1=0.35, draft_step_s=0.3, acceptance=0.6, catch_up_per_token_s=0.2)
     ctrl = DraftLengthController(max_k=4, probe_every=4, max_probe_every=64, known=dear)

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from engine import draft_vocab
-from engine.draft_vocab import choose_subset, load_subset, read_conversations, special_ids
-from engine.paths import cache_dir
-from engine.tiny_models import build_tokenizer
+from engine.core.paths import cache_dir
+from engine.drafters import draft_vocab
+from engine.drafters.draft_vocab import choose_subset, load_subset, read_conversations, special_ids
+from engine.testing.tiny_models import build_tokenizer
 
 CONVERSATIONS = [
     [{"role": "user", "content": "print the sum"}, {"role": "assistant", "content": "print(a + b)\nprint(a + b)"}],

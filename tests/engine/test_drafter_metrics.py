@@ -1,14 +1,14 @@
 """What the benchmark reports about the drafter: step cost ratio c and head agreement."""
 import pytest
 
-from engine.decoding import plain_decode
-from engine.draft_agreement import draft_agreement, full_head_like
+from engine.bench.draft_agreement import draft_agreement, full_head_like
+from engine.bench.step_costs import measure_step_costs
+from engine.core.sampler import Sampler
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import plain_decode
 from engine.drafters import DraftModelDrafter
 from engine.drafters.reduced_head import ReducedHead
-from engine.runner import ModelRunner
-from engine.sampler import Sampler
-from engine.settings import DecodeSettings
-from engine.step_costs import measure_step_costs
+from engine.models.runner import ModelRunner
 from tests.engine.helpers import run_to_end
 
 

@@ -1,6 +1,6 @@
 """Gemma 4 assistant (MTP) drafter in our loop: lossless, read the right state, refuse misfits.
 
-Tiny random Gemma 4 models (engine.tiny_gemma4): an E2B-like Gemma4ForCausalLM with per-layer
+Tiny random Gemma 4 models (engine.testing.tiny_gemma4): an E2B-like Gemma4ForCausalLM with per-layer
 embeddings and KV-shared layers, and a 26B/31B-like text-only Gemma4ForConditionalGeneration
 (keys = values on full attention, MoE block); both assistants have the centroid-masked head.
 Sliding window 8 with ~13-token prompts, so every run crosses the window.
@@ -10,15 +10,15 @@ import copy
 import pytest
 import torch
 
-from engine.decoding import eos_token_ids, plain_decode, speculative_decode
+from engine.core.events import Finished
+from engine.core.sampler import Sampler
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import AssistantMismatch, DrafterMismatch, Gemma4AssistantDrafter, PromptLookupDrafter
 from engine.drafters.assistant_fit import check_assistant_fits
-from engine.events import Finished
-from engine.runner import ModelRunner
-from engine.sampler import Sampler
-from engine.settings import DecodeSettings
-from engine.tiny_gemma4 import assistant_config, build_gemma4_assistant, build_gemma4_target, padded_vocab
-from engine.tiny_models import build_tokenizer
+from engine.models.runner import ModelRunner
+from engine.testing.tiny_gemma4 import assistant_config, build_gemma4_assistant, build_gemma4_target, padded_vocab
+from engine.testing.tiny_models import build_tokenizer
 from kernels.sampling import process_logits
 from tests.engine.helpers import run_to_end
 from tests.stats_helpers import assert_same_distribution
@@ -273,7 +273,7 @@ def test_backbone_size_and_target_family_are_checked(tokenizer, pairs):
     with pytest.raises(AssistantMismatch, match="backbone_hidden_size") as info:
         check_assistant_fits(target.config, config)
     assert info.value.field == "backbone_hidden_size"
-    from engine.tiny_models import build_model
+    from engine.testing.tiny_models import build_model
 
     qwen = build_model(padded_vocab(len(tokenizer)))
     with pytest.raises(AssistantMismatch, match="Gemma 4") as info:
@@ -287,7 +287,7 @@ def test_backbone_size_and_target_family_are_checked(tokenizer, pairs):
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     """layout -> (target folder, assistant folder), written on first use."""
-    from engine.tiny_gemma4 import save_gemma4_pair
+    from engine.testing.tiny_gemma4 import save_gemma4_pair
 
     root, made = tmp_path_factory.mktemp("gemma4"), {}
 
@@ -306,7 +306,7 @@ def gemma4_folders(folders):
 
 @pytest.mark.parametrize("layout", ["e2b", "dense"])
 def test_session_detects_an_assistant_folder_and_drafts_with_it(folders, layout):
-    from engine.session import Session
+    from engine.session.session import Session
 
     target_dir, assistant_dir = folders(layout)
     session = Session.load(target_dir, assistant_dir, precision="exact", device="cpu")
@@ -323,7 +323,7 @@ def test_session_detects_an_assistant_folder_and_drafts_with_it(folders, layout)
 
 
 def test_session_refuses_a_mismatched_assistant_folder_before_loading_it(gemma4_folders, tmp_path):
-    from engine.session import Session
+    from engine.session.session import Session
 
     target_dir, _ = gemma4_folders
     wrong = build_gemma4_assistant(build_gemma4_target(416, "e2b"), sliding_window=16)

@@ -1,7 +1,7 @@
 """The GPU benchmark runs end to end on tiny shapes on the CPU (the lent GPU runs the real ones)."""
 import json
 
-from engine import gpu_bench
+from engine.bench import gpu_bench
 
 
 def test_tiny_bench_runs_and_projects(tmp_path, capsys):

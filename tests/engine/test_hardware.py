@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from engine import hardware
-from engine.hardware import GB, Gpu, Hardware, HardwareProfileError, detect_hardware
+from engine.models import hardware
+from engine.models.hardware import GB, Gpu, Hardware, HardwareProfileError, detect_hardware
 
 MACHINES = {
     "apple-8": {"unified_memory_gb": 8},

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import hub
-from engine.hub import (
+from engine.hub import download as hub
+from engine.hub.cache import hub_cache_dir
+from engine.hub.download import (
     DownloadFailed,
     DownloadFinished,
     DownloadProgress,
@@ -29,7 +30,6 @@ from engine.hub import (
     is_installed,
     plan_download,
 )
-from engine.hub_cache import hub_cache_dir
 from tests.engine.hub_server import FakeHub
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,7 +41,7 @@ WEIGHTS = "model.safetensors"
 @pytest.fixture(scope="module")
 def model_dirs(tmp_path_factory):
     """Tiny target + drafter sharing a tokenizer, and a drafter with another vocabulary."""
-    from engine.tiny_models import build_model, build_tokenizer, save_pair
+    from engine.testing.tiny_models import build_model, build_tokenizer, save_pair
 
     root = tmp_path_factory.mktemp("hub-models")
     target, drafter = save_pair(root)
@@ -151,9 +151,9 @@ def test_drafter_found_by_convention_or_inside_the_repo(fake_hub, model_dirs):
 
 def test_catalog_pairing_is_used_when_the_catalog_knows_the_model(fake_hub, monkeypatch):
     entry = types.SimpleNamespace(id="tiny-pair", target_repo=TARGET, drafter_repo=DRAFTER, drafter_kind="draft_model")
-    # Patch the real module: once imported, `from engine import catalog` reads the package
+    # Patch the real module: once imported, `from engine.models import catalog` reads the package
     # attribute, so swapping sys.modules alone would not be seen.
-    from engine import catalog
+    from engine.models import catalog
     monkeypatch.setattr(catalog, "find_entry", lambda key: entry if key in (entry.id, entry.target_repo) else None)
 
     plan = plan_download("tiny-pair")
@@ -345,8 +345,8 @@ def cli(*args: str, **popen) -> subprocess.Popen:
 
 
 def test_cli_download_then_load_and_generate(fake_hub):
-    from engine.session import Session
-    from engine.settings import DecodeSettings
+    from engine.core.settings import DecodeSettings
+    from engine.session.session import Session
     from tests.engine.helpers import run_to_end
 
     proc = cli(TARGET, "--drafter", DRAFTER)

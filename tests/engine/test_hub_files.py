@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from engine.hub_files import HubFile, NoUsableWeights, find_sidecar, select_files
-from engine.vocab_match import compare
+from engine.hub.files import HubFile, NoUsableWeights, find_sidecar, select_files
+from engine.hub.vocab_match import compare
 
 BASE = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "README.md", ".gitattributes"]
 

@@ -6,15 +6,15 @@ import copy
 import pytest
 import torch
 
-from engine import int8_cache
-from engine.events import Finished
-from engine.invariant_attention import use_batch_invariant_attention
-from engine.loading import load_model
-from engine.quantize import Int4Linear, Int8Linear, to_int4_target, to_int8_drafter
-from engine.runner import ModelRunner
-from engine.session import Session
-from engine.settings import DecodeSettings
-from engine.tiny_models import save_pair
+from engine.core.events import Finished
+from engine.core.settings import DecodeSettings
+from engine.models.invariant_attention import use_batch_invariant_attention
+from engine.models.loading import load_model
+from engine.models.runner import ModelRunner
+from engine.quant import weight_cache
+from engine.quant.quantize import Int4Linear, Int8Linear, to_int4_target, to_int8_drafter
+from engine.session.session import Session
+from engine.testing.tiny_models import save_pair
 from kernels.int4_linear.reference import dequantize, supports
 from kernels.quant_linear.reference import dequantize as dequantize_int8
 from tests.engine.helpers import assert_speculation_matches_plain, run_to_end
@@ -76,9 +76,9 @@ def test_int4_load_converts_once_then_reads_the_cache(tmp_path):
     target_dir, _ = save_pair(tmp_path)
     first = load_model(target_dir, "int4", "cpu")
     assert first.weights == "int4" and not first.from_cache
-    path = int8_cache.cache_path(target_dir, "int4")
+    path = weight_cache.cache_path(target_dir, "int4")
     assert path.exists() and path.parent.name == "int4"
-    assert not int8_cache.cache_path(target_dir, "int8").exists()  # the kinds do not mix
+    assert not weight_cache.cache_path(target_dir, "int8").exists()  # the kinds do not mix
     stamp = path.stat().st_mtime_ns
     second = load_model(target_dir, "int4", "cpu")
     assert second.from_cache and path.stat().st_mtime_ns == stamp
@@ -94,8 +94,8 @@ def test_converting_again_removes_the_cache_of_an_earlier_format(tmp_path):
     """int4 v2 stores fp16 scales; the v1 file (fp32 scales) of the same model is never read
     again, so writing v2 drops it."""
     target_dir, _ = save_pair(tmp_path)
-    path = int8_cache.cache_path(target_dir, "int4")
-    assert path.name.endswith(f"-v{int8_cache.VERSIONS['int4']}.safetensors")
+    path = weight_cache.cache_path(target_dir, "int4")
+    assert path.name.endswith(f"-v{weight_cache.VERSIONS['int4']}.safetensors")
     older = path.with_name(path.name.rsplit("-v", 1)[0] + "-v1.safetensors")
     other_model = path.with_name("another-model-0123456789ab-v1.safetensors")
     for stale in (older, other_model):
@@ -111,7 +111,7 @@ def test_converting_again_removes_the_cache_of_an_earlier_format(tmp_path):
 def test_an_int8_cache_is_not_taken_for_an_int4_one(tmp_path):
     target_dir, _ = save_pair(tmp_path)
     load_model(target_dir, "int8", "cpu")
-    int8_cache.save(target_dir, int8_cache.load(target_dir, "int8"), "int4")  # int8 tensors under the int4 name
+    weight_cache.save(target_dir, weight_cache.load(target_dir, "int8"), "int4")  # int8 tensors under the int4 name
     loaded = load_model(target_dir, "int4", "cpu")
     assert not loaded.from_cache
     assert any(isinstance(m, Int4Linear) for m in loaded.model.modules())
@@ -137,7 +137,7 @@ def test_fused_target_rows_are_bit_identical_to_one_at_a_time(tiny_pair, to_targ
     """A quantized target runs one fused kernel call per layer (Session.target_runner): a
     verification pass over k+1 tokens must give the logits of k+1 one-token steps, bit for bit."""
     from engine.drafters.fused_runner import FusedRunner
-    from engine.quantize import to_int8_target
+    from engine.quant.quantize import to_int8_target
 
     tokenizer, target, _ = tiny_pair
     model = copy.deepcopy(target)

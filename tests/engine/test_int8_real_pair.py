@@ -5,10 +5,10 @@ target's weights to int8 and caches them in the user cache dir.
 """
 import pytest
 
-from engine import int8_cache
-from engine.compare import compare
-from engine.session import Session
-from engine.settings import DecodeSettings
+from engine.core.settings import DecodeSettings
+from engine.quant import weight_cache
+from engine.session.compare import compare
+from engine.session.session import Session
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def session(default_pair_paths):
 
 def test_int8_target_is_cached_and_speculation_matches_its_plain_decoding(session, default_pair_paths):
     assert session.precision == "int8" and session.target.weights == "int8"
-    assert int8_cache.cache_path(default_pair_paths[0]).exists()
+    assert weight_cache.cache_path(default_pair_paths[0]).exists()
     prompt = "Write a Python function that checks whether a string is a palindrome."
     result = compare(session, prompt, DecodeSettings(max_new_tokens=32, draft_length=3))
     assert result.speculative.stats.drafted > 0

@@ -5,14 +5,14 @@ import copy
 import pytest
 import torch
 
-from engine import int8_cache
-from engine.events import Finished
-from engine.loading import load_model
-from engine.quantize import Int8Linear, to_int8_drafter, to_int8_target
-from engine.runner import ModelRunner
-from engine.session import Session
-from engine.settings import DecodeSettings
-from engine.tiny_models import save_pair
+from engine.core.events import Finished
+from engine.core.settings import DecodeSettings
+from engine.models.loading import load_model
+from engine.models.runner import ModelRunner
+from engine.quant import weight_cache
+from engine.quant.quantize import Int8Linear, to_int8_drafter, to_int8_target
+from engine.session.session import Session
+from engine.testing.tiny_models import save_pair
 from tests.engine.helpers import assert_speculation_matches_plain, run_to_end
 
 PROMPTS = ["def add(a, b):", "The quick brown fox", "for i in range(10):\n    print(i)"]
@@ -59,7 +59,7 @@ def test_int8_load_converts_once_then_reads_the_cache(tmp_path):
     target_dir, drafter_dir = save_pair(tmp_path)
     first = load_model(target_dir, "int8", "cpu")
     assert first.weights == "int8" and not first.from_cache
-    path = int8_cache.cache_path(target_dir)
+    path = weight_cache.cache_path(target_dir)
     assert path.exists()
     stamp = path.stat().st_mtime_ns
     second = load_model(target_dir, "int8", "cpu")
@@ -74,10 +74,10 @@ def test_int8_load_converts_once_then_reads_the_cache(tmp_path):
 
 def test_a_cache_that_does_not_match_the_model_is_converted_again(tmp_path):
     target_dir, _ = save_pair(tmp_path)
-    int8_cache.save(target_dir, {"lm_head.q": torch.zeros(3, 3, dtype=torch.int8), "lm_head.scale": torch.ones(3)})
+    weight_cache.save(target_dir, {"lm_head.q": torch.zeros(3, 3, dtype=torch.int8), "lm_head.scale": torch.ones(3)})
     loaded = load_model(target_dir, "int8", "cpu")
     assert not loaded.from_cache
-    assert int8_cache.load(target_dir)["lm_head.q"].shape == loaded.model.lm_head.q.shape
+    assert weight_cache.load(target_dir)["lm_head.q"].shape == loaded.model.lm_head.q.shape
 
 
 def test_session_in_int8_precision(tmp_path):
@@ -90,12 +90,12 @@ def test_session_in_int8_precision(tmp_path):
     spec, _ = run_to_end(session.speculative(prompt, settings))
     assert isinstance(spec, Finished) and spec.token_ids == plain.token_ids
     # The auto drafter next to a quantized target is int4 where the int4 kernel runs.
-    from engine.quantize import int4_available
+    from engine.quant.quantize import int4_available
     assert session.drafter_model.weights == ("int4" if int4_available() else "int8")
 
 
 def test_a_warm_up_leaves_no_costs_to_seed_the_first_request(tmp_path):
-    from engine.compare import warm_up
+    from engine.session.compare import warm_up
 
     target_dir, drafter_dir = save_pair(tmp_path)
     session = Session.load(target_dir, drafter_dir, "int8", "cpu")

@@ -2,13 +2,13 @@
 never changes."""
 import torch
 
-from engine.decoding import speculative_decode, plain_decode
+from engine.core.events import Finished
+from engine.core.sampler import Sampler
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import plain_decode, speculative_decode
 from engine.drafters import DraftModelDrafter
 from engine.drafters.lookup_first import LookupFirstDrafter, longest_match_continuation
-from engine.events import Finished
-from engine.runner import ModelRunner
-from engine.sampler import Sampler
-from engine.settings import DecodeSettings
+from engine.models.runner import ModelRunner
 from tests.engine.helpers import run_to_end
 
 
@@ -79,9 +79,9 @@ def test_greedy_output_is_unchanged_and_both_sources_draft(tiny_pair):
 
 
 def test_session_drafts_with_lookup_first_unless_asked_not_to(tiny_pair):
-    from engine.loading import LoadedModel
-    from engine.session import Session
-    from engine.settings import DrafterOptions
+    from engine.core.settings import DrafterOptions
+    from engine.models.loading import LoadedModel
+    from engine.session.session import Session
 
     tokenizer, target, drafter_model = tiny_pair
 

@@ -8,20 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from engine.architecture import architecture_from_config
-from engine.catalog import entry_from_config, find_entry, load_catalog
-from engine.hardware import GB, Hardware
-from engine.memory_fit import (
-    FIT_ORDER,
-    activation_bytes,
-    assess,
-    estimate_memory,
-    headroom,
-    recommend,
-    recommended_context,
-    recommended_result,
-)
-from engine.runner import ModelRunner
+from engine.models.architecture import architecture_from_config
+from engine.models.catalog import entry_from_config, find_entry, load_catalog
+from engine.models.fit import assess, headroom, recommend, recommended_context, recommended_result
+from engine.models.hardware import GB, Hardware
+from engine.models.memory_fit import FIT_ORDER, activation_bytes, estimate_memory
+from engine.models.runner import ModelRunner
 
 from .test_hardware import MACHINES
 
@@ -307,8 +299,8 @@ def test_result_json_has_the_documented_fields(entries):
 
 def test_importing_catalog_and_fit_does_not_import_torch():
     # The Qt app reads the catalog and fits on its GUI thread, where torch must not load.
-    code = ("import sys; import engine.catalog, engine.memory_fit, engine.hardware as h; "
-            "from engine.catalog import load_catalog; from engine.memory_fit import recommend; "
+    code = ("import sys; import engine.models.catalog, engine.models.fit, engine.models.hardware as h; "
+            "from engine.models.catalog import load_catalog; from engine.models.fit import recommend; "
             "recommend(load_catalog(), h.Hardware.from_profile({'ram_gb': 16})); "
             "h.detect_hardware(use_torch=False); "
             "print(sorted(m for m in ('torch', 'transformers', 'PySide6') if m in sys.modules))")
@@ -321,7 +313,7 @@ def test_importing_catalog_and_fit_does_not_import_torch():
 
 
 def probe(*args: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "engine.memory_probe", *args], cwd=ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "engine.bench.memory_probe", *args], cwd=ROOT, capture_output=True,
                          text=True, timeout=1800)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -329,7 +321,7 @@ def probe(*args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def default_pair_entry():
-    from engine import default_pair
+    from engine.models import default_pair
 
     if default_pair.installed_paths() is None:
         pytest.fail("default model pair not installed: run `make setup` first")
@@ -340,7 +332,7 @@ def default_pair_entry():
 
 @pytest.mark.slow
 def test_estimate_is_within_15_percent_of_resident_memory_generating_at_2k(default_pair_entry):
-    from engine.loading import drafter_weights
+    from engine.models.loading import drafter_weights
 
     measured = probe("--context", "2048", "--new-tokens", "16", "--precision", "fast")
     assert measured["prompt_tokens"] + measured["generated_tokens"] >= 2000
@@ -376,7 +368,7 @@ def test_estimate_is_within_15_percent_of_peak_anonymous_memory_loading_in_fp32(
     # not change the output) is quantized to int8 where the int8 kernel runs. The RSS then also
     # holds the file pages read while converting, which the OS can drop: the estimate (what
     # must stay resident) is checked against the anonymous memory, and must sit below the RSS.
-    from engine.loading import drafter_weights
+    from engine.models.loading import drafter_weights
 
     measured = probe("--context", "64", "--new-tokens", "4", "--precision", "exact")
     held = drafter_weights("auto", "exact", "cpu")
@@ -405,7 +397,7 @@ def test_a_two_core_cpu_is_recommended_a_model_it_can_chat_with(entries):
 
 
 def test_an_int4_drafter_is_budgeted_below_an_int8_one_with_its_tables_at_bf16(default_pair_entry):
-    from engine.memory_fit import quantized_drafter_bytes
+    from engine.models.memory_fit import quantized_drafter_bytes
 
     arch = default_pair_entry.drafter_arch
     int8 = quantized_drafter_bytes(default_pair_entry.drafter_params, arch, "int8", "cpu")
@@ -424,13 +416,14 @@ def test_int8_target_estimate_is_within_15_percent_of_what_stays_resident(defaul
     # int8 cache (read every step: they must stay resident); the drafter is int4 (auto). RSS also
     # counts checkpoint pages read once while quantizing the drafter, which the OS can drop, so
     # the estimate is checked against anonymous memory plus the int8 cache's resident pages.
-    from engine import default_pair, int8_cache
-    from engine.loading import drafter_weights
+    from engine.models import default_pair
+    from engine.models.loading import drafter_weights
+    from engine.quant import weight_cache
 
     measured = probe("--context", "512", "--new-tokens", "8", "--precision", "int8")
     held = drafter_weights("auto", "int8", "cpu")
     estimate = estimate_memory(default_pair_entry, "int8", 512, "cpu", drafter_weights=held)
-    cache_name = int8_cache.cache_path(default_pair.installed_paths()[0]).name
+    cache_name = weight_cache.cache_path(default_pair.installed_paths()[0]).name
     int8_resident = measured["mapped_end"].get(cache_name, 0)
     resident = measured["generate_peak_anon"] + int8_resident
     print(f"\ndefault pair, int8 target, {held} drafter, 512 context: estimate {estimate.total / 2**20:.0f} MiB "

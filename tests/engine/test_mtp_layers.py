@@ -4,16 +4,16 @@ fallback, said out loud, for models without one."""
 import pytest
 import torch
 
-from engine.decoding import plain_decode, speculative_decode
+from engine.core.events import Finished
+from engine.core.sampler import Sampler
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import plain_decode, speculative_decode
 from engine.drafters import MtpLayersDrafter, PromptLookupDrafter
 from engine.drafters.mtp_layers import _mtp_patterns, inspect_mtp, load_mtp_layers
-from engine.events import Finished
-from engine.loading import load_model
-from engine.runner import ModelRunner
-from engine.sampler import Sampler
-from engine.settings import DecodeSettings
-from engine.tiny_models import build_tokenizer
-from engine.tiny_mtp import save_tiny_mtp_model
+from engine.models.loading import load_model
+from engine.models.runner import ModelRunner
+from engine.testing.tiny_models import build_tokenizer
+from engine.testing.tiny_mtp import save_tiny_mtp_model
 from kernels.sampling import process_logits
 from tests.engine.helpers import run_to_end
 from tests.stats_helpers import assert_same_distribution
@@ -204,7 +204,7 @@ def test_models_without_usable_mtp_layers_say_so(tokenizer, tiny_pair, tmp_path)
 
 
 def test_session_uses_mtp_layers_or_falls_back_to_prompt_lookup_with_a_note(tokenizer, mtp_folder, tmp_path):
-    from engine.session import Session
+    from engine.session.session import Session
 
     session = Session.load(mtp_folder, precision="exact", device="cpu")
     assert isinstance(session.drafter("mtp"), MtpLayersDrafter) and session.drafter_note is None

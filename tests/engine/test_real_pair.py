@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from engine.compare import compare, drain
-from engine.session import Session
-from engine.settings import DecodeSettings
+from engine.core.settings import DecodeSettings
+from engine.session.compare import compare, drain
+from engine.session.session import Session
 
 pytestmark = pytest.mark.slow
 

@@ -4,16 +4,16 @@ import copy
 import pytest
 import torch
 
-from engine.decoding import eos_token_ids, plain_decode, speculative_decode
-from engine.divergence import explain_divergence
+from engine.core.events import Finished
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
+from engine.decode.divergence import explain_divergence
 from engine.drafters import DraftModelDrafter
 from engine.drafters.reduced_head import ReducedHead
-from engine.events import Finished
-from engine.fast_linear import accelerate_linears
-from engine.quantize import Int8Linear, to_int8_drafter
-from engine.runner import ModelRunner
-from engine.settings import DecodeSettings
-from engine.tiny_models import build_model, build_tokenizer, perturbed_copy
+from engine.models.fast_linear import accelerate_linears
+from engine.models.runner import ModelRunner
+from engine.quant.quantize import Int8Linear, to_int8_drafter
+from engine.testing.tiny_models import build_model, build_tokenizer, perturbed_copy
 from tests.engine.helpers import run_to_end
 
 PROMPTS = ["def add(a, b):", "The quick brown fox", "for i in range(10):\n    print(i)"]
@@ -224,7 +224,7 @@ def test_an_int8_drafter_holds_packed_weights_that_compute_the_same(tiny_pair):
 
 def test_fused_runner_matches_transformers_on_an_int4_drafter(tiny_pair):
     from engine.drafters.fused_runner import FusedRunner, unsupported_reason
-    from engine.quantize import Int4Linear, to_int4_drafter
+    from engine.quant.quantize import Int4Linear, to_int4_drafter
 
     tokenizer, _, drafter = tiny_pair
     quantized = to_int4_drafter(copy.deepcopy(drafter))
@@ -244,7 +244,7 @@ def test_fused_runner_matches_transformers_on_an_int4_drafter(tiny_pair):
 
 
 def test_greedy_output_is_identical_with_the_fused_int4_drafter(tiny_pair):
-    from engine.quantize import to_int4_drafter
+    from engine.quant.quantize import to_int4_drafter
 
     tokenizer, target, drafter = tiny_pair
     quantized = to_int4_drafter(copy.deepcopy(drafter))
@@ -262,7 +262,7 @@ def test_greedy_output_is_identical_with_the_fused_int4_drafter(tiny_pair):
 def test_catching_up_is_timed_apart_from_drafting(tiny_pair):
     """After speculation was off the drafter first feeds every token it missed; the draft-length
     controller must price drafting per token without that one-off catch-up."""
-    from engine.sampler import Sampler
+    from engine.core.sampler import Sampler
 
     tokenizer, _, drafter = tiny_pair
     proposer = DraftModelDrafter(drafter)

@@ -13,15 +13,15 @@ import itertools
 import pytest
 import torch
 
-from engine.decoding import speculative_decode
+from engine.core.events import Finished
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import speculative_decode
 from engine.drafters import DraftModelDrafter, PromptLookupDrafter
 from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.drafters.reduced_head import ReducedHead
-from engine.events import Finished
-from engine.runner import ModelRunner
-from engine.settings import DecodeSettings
-from engine.quantize import to_int8_drafter
-from engine.tiny_models import build_model, build_tokenizer, perturbed_copy
+from engine.models.runner import ModelRunner
+from engine.quant.quantize import to_int8_drafter
+from engine.testing.tiny_models import build_model, build_tokenizer, perturbed_copy
 from kernels.sampling import process_logits
 from tests.stats_helpers import assert_same_distribution
 

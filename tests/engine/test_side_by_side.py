@@ -1,13 +1,13 @@
 """The side-by-side run: fair interleaving, origin-coloured text, honest comparison."""
 import pytest
 
-from engine.chat import chat_reply
-from engine.events import Failed, Finished, Stats, Tokens
-from engine.loading import LoadedModel
-from engine.session import Session
-from engine.settings import DecodeSettings
-from engine.side_by_side import PLAIN, SPECULATIVE, LaneEvent, SideBySideResult, side_by_side
-from engine.token_origin import OriginTracker
+from engine.core.events import Failed, Finished, Stats, Tokens
+from engine.core.settings import DecodeSettings
+from engine.decode.token_origin import OriginTracker
+from engine.models.loading import LoadedModel
+from engine.session.chat import chat_reply
+from engine.session.session import Session
+from engine.session.side_by_side import PLAIN, SPECULATIVE, LaneEvent, SideBySideResult, side_by_side
 
 
 @pytest.fixture()
@@ -90,7 +90,7 @@ def test_stats_use_each_lanes_own_compute_time(session):
 
 def test_divergence_is_located_in_both_texts(session, tiny_pair, monkeypatch):
     """Force a difference by making the speculative lane's target see a different prompt."""
-    import engine.side_by_side as sbs
+    import engine.session.side_by_side as sbs
 
     real_speculative = session.speculative
 

@@ -1,8 +1,8 @@
 """StatsTracker's rates: the whole run's, and the decode rate after the prefill's first token."""
 import pytest
 
-import engine.stats as stats_module
-from engine.stats import StatsTracker
+import engine.decode.stats as stats_module
+from engine.decode.stats import StatsTracker
 
 
 @pytest.fixture

@@ -33,7 +33,7 @@ def rope_tables(pos0, m, d):
 
 
 def packed(weights):
-    """The drafter's layout: every int8 weight in panels of 8 rows (engine.quantize.Int8Linear.pack)."""
+    """The drafter's layout: every int8 weight in panels of 8 rows (engine.quant.quantize.Int8Linear.pack)."""
     from kernels.linear.packing import can_pack, pack
 
     return tuple(pack(w) if w is not None and w.dtype == torch.int8 and can_pack(w) else w for w in weights)

@@ -1,0 +1,249 @@
+"""Benchmark: our plain and speculative decoding next to transformers' own generate, same run.
+
+For every prompt, in this order: our plain, our speculative, transformers' plain generate and
+transformers' generate with ``assistant_model``. All greedy on the same prompt ids, so their
+outputs can be compared token for token.
+
+``baseline_plain`` times plain decoding of the same prompts by another session (the bf16 target
+when the bench runs an int8 one), so one run shows what quantizing the target buys on its own.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import resource
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from engine.bench.draft_agreement import draft_agreement, full_head_like
+from engine.bench.step_costs import measure_step_costs
+from engine.core.settings import DecodeSettings
+from engine.decode.divergence import first_difference
+from engine.session.compare import drain, warm_up
+from engine.session.session import DrafterKind, Session
+
+log = logging.getLogger(__name__)
+
+
+def read_prompts(path: Path) -> list[dict]:
+    prompts = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        item = json.loads(line)
+        missing = {"id", "category", "prompt"} - item.keys()
+        if missing:
+            raise ValueError(f"{path}:{n}: missing {sorted(missing)}")
+        prompts.append(item)
+    if not prompts:
+        raise ValueError(f"{path} holds no prompts")
+    return prompts
+
+
+def _ours(events) -> dict:
+    result = drain(events)
+    s = result.stats
+    return {
+        "new_tokens": s.new_tokens,
+        "seconds": s.seconds,
+        "tok_per_s": s.tok_per_s,
+        "decode_tok_per_s": s.decode_tok_per_s,
+        "ttft_s": s.ttft_s,
+        "token_ids": list(result.token_ids),
+        "stats": asdict(s),
+    }
+
+
+def _speculative(session: Session, ids: list[int], settings: DecodeSettings, drafter: DrafterKind) -> dict:
+    spec = _ours(session.speculative(ids, settings, drafter))
+    s = spec["stats"]
+    spec.update(drafted=s["drafted"], accepted=s["accepted"], acceptance=s["acceptance"], mean_accepted_per_pass=s["mean_accepted_per_pass"], tokens_per_pass=s["tokens_per_pass"])
+    used = session.drafter(drafter)
+    if hasattr(used, "lookup_steps"):  # which source drafted each pass (LookupFirstDrafter)
+        spec.update(lookup_steps=used.lookup_steps, model_steps=used.model_steps)
+    return spec
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The run of median speed (the lower middle one of an even count), with every run's speed."""
+    ranked = sorted(runs, key=lambda r: r["tok_per_s"])
+    return {**ranked[(len(ranked) - 1) // 2], "tok_per_s_runs": [r["tok_per_s"] for r in runs]}
+
+
+@torch.inference_mode()
+def _hf(session: Session, prompt_ids: list[int], max_new_tokens: int, assisted: bool) -> dict:
+    model = session.target.model
+    input_ids = torch.tensor([prompt_ids], device=session.target.device)
+    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=session.tokenizer.pad_token_id or 0)
+    if assisted:
+        kwargs["assistant_model"] = session.drafter_model.model
+    start = time.perf_counter()
+    out = model.generate(input_ids, **kwargs)
+    seconds = time.perf_counter() - start
+    new = out[0, len(prompt_ids):].tolist()
+    while new and new[-1] in session.eos_ids:  # our runs do not count EOS as a new token
+        new.pop()
+    return {"new_tokens": len(new), "seconds": seconds, "tok_per_s": len(new) / seconds, "token_ids": new}
+
+
+def baseline_plain(session: Session, prompts: list[dict], max_new_tokens: int, progress=print) -> dict:
+    """Plain greedy decoding of ``prompts`` by ``session`` (e.g. the bf16 target, for an int8
+    bench): {"precision", "prompts": {id: {"tok_per_s", "new_tokens", "token_ids"}}}."""
+    settings = DecodeSettings(max_new_tokens=max_new_tokens)
+    drain(session.plain(session.encode("Say hi."), DecodeSettings(max_new_tokens=4)))  # warm-up
+    rows = {}
+    for item in prompts:
+        run = _ours(session.plain(session.encode(item["prompt"]), settings))
+        rows[item["id"]] = {k: run[k] for k in ("tok_per_s", "new_tokens", "token_ids")}
+        progress(f"{item['id']:<14} {item['category']:<9} plain at {session.precision}: {run['tok_per_s']:5.2f} tok/s")
+    return {"precision": session.precision, "target": session.target.name, "prompts": rows}
+
+
+def geomean(values: list[float]) -> float:
+    values = [v for v in values if v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else 0.0
+
+
+def _step_cost_ratio(plain: dict, spec: dict) -> dict:
+    """Per prompt, from the runs themselves: ms per draft step over ms per plain target step."""
+    p, s = plain["stats"], spec["stats"]
+    target_ms = 1000 * p["verify_seconds"] / p["target_passes"] if p["target_passes"] else 0.0
+    draft_ms = 1000 * s["draft_seconds"] / s["drafted"] if s["drafted"] else 0.0
+    return {"target_step_ms": target_ms, "draft_step_ms": draft_ms, "c": draft_ms / target_ms if target_ms and draft_ms else None}
+
+
+def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafter: DrafterKind = "model", progress=print,
+              hf: bool = True, agreement: bool = True, baseline: dict | None = None, repeats: int = 1) -> dict:
+    """``hf``: also run transformers' plain and assisted generate as references. ``agreement``:
+    also measure the drafter's teacher-forced agreement with the target's output, full vocabulary
+    vs the reduced head (see engine.bench.draft_agreement). ``baseline``: ``baseline_plain``'s result
+    for the same prompts, compared with this run's plain decoding. ``repeats``: run plain
+    and speculative decoding of each prompt this many times, alternating, and report each one's
+    median run (on a shared machine one run's speed can be off by 30%)."""
+    if repeats < 1:
+        raise ValueError("repeats must be at least 1")
+    settings = DecodeSettings(max_new_tokens=max_new_tokens)
+    warm_up(session, drafter)
+    model_drafter = session.model_drafter if drafter == "model" else None
+    head = model_drafter.head if model_drafter is not None else None
+    full_head = full_head_like(head) if agreement and head is not None else None
+    step_costs = None
+    if model_drafter is not None:
+        ids = session.encode(prompts[0]["prompt"])
+        costs = measure_step_costs(session.target_runner(model_drafter), model_drafter, ids)
+        step_costs = {"target_step_ms": costs.target_ms, "draft_step_ms": costs.draft_ms, "c": costs.c}
+        progress(f"step costs at {len(ids)} tokens of context: target {costs.target_ms:.1f} ms, "
+                 f"draft {costs.draft_ms:.1f} ms, c = {costs.c:.3f}")
+    results = []
+    for item in prompts:
+        ids = session.encode(item["prompt"])
+        row = {"id": item["id"], "category": item["category"], "prompt_tokens": len(ids)}
+        # Plain and speculative alternate, so a machine whose speed drifts slows both alike.
+        plains, specs = [], []
+        for _ in range(repeats):
+            plains.append(_ours(session.plain(ids, settings)))
+            specs.append(_speculative(session, ids, settings, drafter))
+        row["plain"], spec = _median_run(plains), _median_run(specs)
+        row["speculative"] = spec
+        row["all_runs_identical"] = all(r["token_ids"] == plains[0]["token_ids"] for r in plains + specs)
+        if hf:
+            row["hf_plain"] = _hf(session, ids, max_new_tokens, assisted=False)
+            if session.drafter_model is not None:
+                row["hf_assisted"] = _hf(session, ids, max_new_tokens, assisted=True)
+        row["identical"] = row["plain"]["token_ids"] == spec["token_ids"] and row["all_runs_identical"]
+        row["first_divergence"] = first_difference(row["plain"]["token_ids"], spec["token_ids"])
+        row["speedup_vs_plain"] = spec["tok_per_s"] / row["plain"]["tok_per_s"]
+        # Without the prefill both runs share (llama.cpp's tg rates compare this way).
+        row["decode_speedup_vs_plain"] = (spec["decode_tok_per_s"] / row["plain"]["decode_tok_per_s"]
+                                          if row["plain"]["decode_tok_per_s"] else None)
+        if baseline is not None and item["id"] in baseline["prompts"]:
+            row["baseline_plain"] = baseline["prompts"][item["id"]]
+        if model_drafter is not None:
+            row["step_costs"] = _step_cost_ratio(row["plain"], spec)
+        if full_head is not None:
+            found = draft_agreement(session.drafter_model.model, head, full_head, ids, row["plain"]["token_ids"])
+            row["agreement"] = None if found is None else {"full": found.full, "reduced": found.reduced}
+        results.append(row)
+        c = row.get("step_costs", {}).get("c")
+        agree = row.get("agreement")
+        progress(
+            f"{item['id']:<14} {item['category']:<9} plain {row['plain']['tok_per_s']:5.2f} tok/s  "
+            f"spec {spec['tok_per_s']:5.2f} ({row['speedup_vs_plain']:.2f}x"
+            + (f"; decode {row['plain']['decode_tok_per_s']:.2f} -> {spec['decode_tok_per_s']:.2f}, {row['decode_speedup_vs_plain']:.2f}x"
+               if row["decode_speedup_vs_plain"] else "")
+            + f", acc {spec['acceptance']:.2f}, "
+            f"{spec['tokens_per_pass']:.2f} tok/pass"
+            + (f", lookup {spec['lookup_steps']}/{spec['lookup_steps'] + spec['model_steps']} passes" if "lookup_steps" in spec else "") + (f", c {c:.3f}" if c else "") + ")  "
+            + (f"agree full {agree['full']:.2f} reduced {agree['reduced']:.2f}  " if agree else "")
+            + (f"hf {row['hf_plain']['tok_per_s']:5.2f}  hf-assisted {row.get('hf_assisted', {}).get('tok_per_s', 0):5.2f}  " if hf else "")
+            + (f"plain at {baseline['precision']} {row['baseline_plain']['tok_per_s']:5.2f}  " if "baseline_plain" in row else "")
+            + f"{'identical' if row['identical'] else 'DIFFERS at ' + str(row['first_divergence'])}"
+        )
+    options = session.drafter_options
+    return {"settings": {"max_new_tokens": max_new_tokens, "precision": session.precision, "drafter": drafter, "repeats": repeats,
+                         "threads": torch.get_num_threads(), "target": session.target.name,
+                         "drafter_model": session.drafter_model.name if session.drafter_model else None,
+                         "drafter_weights": session.drafter_model.weights if session.drafter_model else None,
+                         "drafter_head": options.head, "draft_vocab_size": options.vocab_size,
+                         "min_confidence": options.min_confidence, "lookup": options.lookup,
+                         "reduced_head_size": head.base_ids.numel() if head is not None else None,
+                         "target_load_seconds": session.target.seconds,
+                         "drafter_load_seconds": session.drafter_model.seconds if session.drafter_model else None,
+                         "baseline_precision": baseline["precision"] if baseline else None},
+            "step_costs": step_costs, "prompts": results, "summary": summarize(results)}
+
+
+def summarize(results: list[dict]) -> dict:
+    def ratio(a: str, b: str, rows=results, metric: str = "tok_per_s") -> float:
+        return geomean([r[a][metric] / r[b][metric] for r in rows if a in r and b in r and r[b].get(metric)])
+
+    def mean(values):
+        values = [v for v in values if v is not None]
+        return sum(values) / len(values) if values else None
+
+    def agreement(rows, key):
+        return mean([r["agreement"][key] for r in rows if r.get("agreement")])
+
+    def tok_per_s(key, rows, metric="tok_per_s"):
+        return geomean([r[key][metric] for r in rows if key in r and metric in r[key]])
+
+    def decode(rows) -> dict:
+        """The same figures without the prefill: tokens after the first over the time after it."""
+        return {"decode_speedup_vs_plain": ratio("speculative", "plain", rows, "decode_tok_per_s"),
+                "plain_decode_tok_per_s": tok_per_s("plain", rows, "decode_tok_per_s"),
+                "speculative_decode_tok_per_s": tok_per_s("speculative", rows, "decode_tok_per_s")}
+
+    by_category = {}
+    for cat in sorted({r["category"] for r in results}):
+        rows = [r for r in results if r["category"] == cat]
+        by_category[cat] = {"speedup_vs_plain": ratio("speculative", "plain", rows),
+                            "plain_tok_per_s": tok_per_s("plain", rows),
+                            "speculative_tok_per_s": tok_per_s("speculative", rows),
+                            **decode(rows),
+                            "plain_vs_baseline_plain": ratio("plain", "baseline_plain", rows) or None,
+                            "acceptance": sum(r["speculative"]["acceptance"] for r in rows) / len(rows),
+                            "agreement_full": agreement(rows, "full"),
+                            "agreement_reduced": agreement(rows, "reduced")}
+    code_rewrite = [r for r in results if r["category"] in ("code", "rewrite")]
+    return {
+        "speedup_vs_plain": ratio("speculative", "plain"),
+        "speedup_vs_plain_code_rewrite": ratio("speculative", "plain", code_rewrite) if code_rewrite else None,
+        "speedup_vs_hf_assisted": ratio("speculative", "hf_assisted"),
+        "plain_vs_hf_plain": ratio("plain", "hf_plain"),
+        # e.g. int8 target's plain decoding over the bf16 target's (geometric mean over prompts)
+        "plain_vs_baseline_plain": ratio("plain", "baseline_plain") or None,
+        "plain_tok_per_s": tok_per_s("plain", results),
+        "speculative_tok_per_s": tok_per_s("speculative", results),
+        **decode(results),
+        "hf_assisted_vs_hf_plain": ratio("hf_assisted", "hf_plain"),
+        "identical_fraction": sum(r["identical"] for r in results) / len(results),
+        "c_mean": mean([r.get("step_costs", {}).get("c") for r in results]),
+        "agreement_full": agreement(results, "full"),
+        "agreement_reduced": agreement(results, "reduced"),
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "by_category": by_category,
+    }

@@ -1,0 +1,36 @@
+"""`tandem` command line: set up the default models, compare, benchmark, download, list models.
+
+One module per subcommand (or pair of close ones); each adds its parser here.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from engine.cli import bench, download, generate, models
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tandem", description="Lossless speculative decoding for local models")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    generate.add_parsers(sub)
+    bench.add_parser(sub)
+    download.add_parser(sub)
+    models.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a readable message, not a traceback, for expected failures
+        if args.verbose:
+            raise
+        print(f"tandem: error: {exc}", file=sys.stderr)
+        return 1

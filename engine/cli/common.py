@@ -1,0 +1,79 @@
+"""What the `tandem` subcommands share: the default model pair, loading a session, model options."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from engine.core.settings import DEFAULT_DRAFT_VOCAB, DEFAULT_MIN_CONFIDENCE
+
+
+def _progress_printer():
+    last = {}
+
+    def show(stage: str, done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 100
+        if last.get(stage) != pct:
+            last[stage] = pct
+            print(f"\r  {stage:<9} {pct:3d}%", end="" if pct < 100 else "\n", file=sys.stderr, flush=True)
+
+    return show
+
+
+def default_model_paths(target: str | None, drafter: str | None, need_drafter: bool = True) -> tuple[Path, Path | None]:
+    from engine.models import default_pair
+
+    if target:
+        return Path(target), Path(drafter) if drafter else None
+    show = _progress_printer()
+    t = default_pair.prepare(default_pair.TARGET, show)
+    d = default_pair.prepare(default_pair.DRAFTER, show) if need_drafter else None
+    return t, Path(drafter) if drafter else d
+
+
+def load_session(args, need_drafter=True):
+    from engine.core.settings import DrafterOptions
+    from engine.session.session import Session
+
+    target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter)
+    options = DrafterOptions(head=args.drafter_head, precision=args.drafter_precision, vocab_size=args.draft_vocab_size,
+                             min_confidence=args.min_confidence, lookup=not args.no_lookup)
+    print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "") + f" ({args.precision})", file=sys.stderr)
+    return Session.load(target, drafter, args.precision, args.device, drafter_options=options)
+
+
+def human_size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def model_options(p: argparse.ArgumentParser) -> None:
+    """The options of every subcommand that loads a target and drafter."""
+    p.add_argument("--precision", choices=["exact", "fast", "int8", "int4"], default="fast",
+                   help="exact: fp32, greedy output token-identical; fast: bf16; int8 / int4: the target's weights"
+                        " quantized (smaller, faster on a CPU, output different from bf16; int8 layers round their inputs"
+                        " to int16, int4 ones to int8 as llama.cpp's Q4 formats do, and int4 changes the model"
+                        " more; speculation stays"
+                        " token-identical to plain decoding of the quantized target)")
+    p.add_argument("--target", help="model folder (default: the offline Qwen2.5-Coder 1.5B)")
+    p.add_argument("--drafter-model", help="draft model folder, or a Gemma 4 -assistant folder for a Gemma 4"
+                                           " target (default: Qwen2.5-Coder 0.5B)")
+    p.add_argument("--drafter", choices=["model", "lookup", "mtp"], default="model",
+                   help="model: --drafter-model (a draft model or Gemma 4 assistant); lookup: prompt lookup;"
+                        " mtp: the target's own MTP layers (prompt lookup when it has none)")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, mps")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--drafter-head", choices=["pruned", "full"], default="pruned",
+                   help="draft from a reduced LM head (frequent tokens + the request's own) or the full vocabulary")
+    p.add_argument("--drafter-precision", choices=["auto", "int8", "int4", "bf16", "fp32"], default="auto",
+                   help="drafter weights; auto: int8 where the fast CPU kernel runs, int4 next to an int8 / int4 "
+                        "target (never changes the output)")
+    p.add_argument("--draft-vocab-size", type=int, default=DEFAULT_DRAFT_VOCAB,
+                   help="tokens kept by the pruned drafter head")
+    p.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,
+                   help="stop a draft once the drafter's probability of its next token is below this")
+    p.add_argument("--no-lookup", action="store_true",
+                   help="draft with the model alone (default: prompt lookup drafts where the text copies the prompt)")

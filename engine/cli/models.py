@@ -1,0 +1,43 @@
+"""`tandem models`: the catalog with memory fit and a recommendation for this (or a described) machine."""
+from __future__ import annotations
+
+import json
+
+
+def run(args) -> int:
+    from engine.models.catalog import load_catalog
+    from engine.models.fit import recommend
+    from engine.models.hardware import Hardware, detect_hardware
+    from engine.models.memory_fit import human_bytes
+
+    hardware = Hardware.from_profile_file(args.hardware) if args.hardware else detect_hardware()
+    results = recommend(load_catalog(), hardware, args.context, precisions=(args.precision,))
+    if args.json:
+        print(json.dumps({"hardware": hardware.to_dict(), "models": [r.to_dict() for r in results]}, indent=1))
+        return 0
+    gpus = ", ".join(f"{g.name} {human_bytes(g.free_bytes)} free" for g in hardware.gpus) or "no CUDA GPU"
+    unified = f", unified memory {human_bytes(hardware.unified_memory)}" if hardware.unified_memory else ""
+    print(f"{hardware.cpu_model}: RAM {human_bytes(hardware.ram_available)} free of {human_bytes(hardware.ram_total)}"
+          f"{unified}; {gpus}" + (f"; disk {human_bytes(hardware.disk_free)} free" if hardware.disk_free is not None else ""))
+    print(f"\n   {'model':<21}{'drafter':<13}{'prec':<6}{'context':>8}{'needs':>10}  {'fit':<8}{'speedup':<11}reason")
+    for r in results:
+        speedup = f"{r.predicted_speedup[0]:.1f}-{r.predicted_speedup[1]:.1f}x"
+        print(f"{'*' if r.recommended else ' '}  {r.entry.id:<21}{r.entry.drafter_kind:<13}{r.precision:<6}{r.context:>8}"
+              f"{human_bytes(r.estimate.total):>10}  {r.fit:<8}{speedup:<11}{r.reason}")
+    best = next((r for r in results if r.recommended), None)
+    if best:
+        print(f"\nrecommended: {best.entry.name} with {best.entry.drafter_repo or best.entry.drafter_kind}, "
+              f"{best.precision} on {best.device}, context {best.context}")
+    else:
+        print("\nnothing in the catalog fits this machine")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("models", help="the model catalog with memory fit and a recommendation for this machine")
+    p.add_argument("--context", type=int, default=None, help="context length in tokens (default: the longest that fits)")
+    p.add_argument("--precision", default="bf16", help="bf16 (fast, default), fp32 (exact), fp16, int8, int4")
+    p.add_argument("--hardware", metavar="PROFILE.json",
+                   help="plan for a described machine: JSON with ram_gb, gpus [{name, vram_gb}], unified_memory_gb, disk_free_gb")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=run)

@@ -1,0 +1,1 @@
+"""Foundations every other part uses: where files live, what a request asks for, the events a run yields, token sampling."""

@@ -1,0 +1,225 @@
+"""Plain and speculative decoding as generators of events.
+
+Both loops know nothing about chat templates or Qt: they take prompt token ids, a ModelRunner for
+the target, a tokenizer (only for streaming text and stop strings) and DecodeSettings.
+Cancellation is cooperative: ``cancel()`` is checked between steps.
+
+    prefill            feed the prompt, choose the first token
+    decode_one_token   feed the last token, choose the next (plain decoding)
+    speculate_step     draft k tokens, verify them in ONE target pass, keep the accepted prefix
+                       plus the target's own next token, roll both caches back
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+
+from engine.core.events import Event, Failed, Finished, Stats, Tokens
+from engine.core.sampler import Sampler
+from engine.core.settings import DecodeSettings
+from engine.decode.draft_length import DraftLengthController
+from engine.decode.output import OutputBuilder
+from engine.decode.stats import StatsTracker
+from engine.drafters.base import Draft, Drafter
+from engine.models.runner import ContextTooLong, ModelRunner
+from kernels.verify import verify_greedy, verify_sampled
+
+log = logging.getLogger(__name__)
+
+
+def eos_token_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if value is None:
+            continue
+        ids.update(value if isinstance(value, (list, tuple, set)) else [value])
+    return ids
+
+
+class _Run:
+    """Shared bookkeeping of one request: output, stats, the events to yield."""
+
+    def __init__(self, target: ModelRunner, tokenizer, prompt_ids, settings, eos_ids) -> None:
+        if not prompt_ids:
+            raise ValueError("the prompt is empty: type something to send")
+        window = target.max_positions
+        if window and len(prompt_ids) >= window:
+            raise ContextTooLong(
+                f"the prompt has {len(prompt_ids)} tokens but the model's context window is "
+                f"{window}; shorten it"
+            )
+        max_new = settings.max_new_tokens
+        if window:
+            max_new = min(max_new, window - len(prompt_ids))
+        self.output = OutputBuilder(tokenizer, eos_ids, max_new, settings.stop_strings)
+        self.stats = StatsTracker()
+        self.sampler = Sampler(settings, getattr(target, "device", None))
+        self.context = list(prompt_ids)
+
+    def emit(self, block: list[int], from_draft: list[bool], drafted: int, accepted: int, step_s: float):
+        ext = self.output.extend(block)
+        self.context.extend(block)
+        self.stats.add_tokens(len(ext.token_ids))
+        yield Tokens(
+            text=ext.text,
+            token_ids=ext.token_ids,
+            from_draft=tuple(from_draft[: len(ext.token_ids)]),
+            drafted=drafted,
+            accepted=accepted,
+            step_ms=step_s * 1000,
+        )
+        yield Stats(self.stats.snapshot())
+
+    @property
+    def done(self) -> bool:
+        return self.output.finish_reason is not None
+
+    def finish(self, reason: str | None = None) -> Finished:
+        return Finished(
+            reason=reason or self.output.finish_reason or "max_new_tokens",
+            stats=self.stats.snapshot(),
+            token_ids=tuple(self.output.token_ids),
+            text=self.output.text,
+        )
+
+
+def prefill(target: ModelRunner, prompt_ids: list[int], sampler: Sampler) -> int:
+    target.reset()
+    logits = target.forward(prompt_ids)[-1]
+    return sampler.choose(logits)[0]
+
+
+def decode_one_token(target: ModelRunner, last_token: int, sampler: Sampler) -> int:
+    logits = target.forward([last_token])[-1]
+    return sampler.choose(logits)[0]
+
+
+def plain_decode(
+    target: ModelRunner,
+    tokenizer,
+    prompt_ids: list[int],
+    settings: DecodeSettings,
+    eos_ids: set[int],
+    cancel: Callable[[], bool] = lambda: False,
+) -> Iterator[Event]:
+    """One target pass per token. The baseline, and what speculation must reproduce."""
+    try:
+        run = _Run(target, tokenizer, prompt_ids, settings, eos_ids)
+        t = time.perf_counter()
+        token = prefill(target, prompt_ids, run.sampler)
+        yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
+        while not run.done:
+            if cancel():
+                yield run.finish("cancelled")
+                return
+            t = time.perf_counter()
+            token = decode_one_token(target, run.context[-1], run.sampler)
+            step_s = time.perf_counter() - t
+            run.stats.add_pass(0, 0, 0.0, step_s)
+            yield from run.emit([token], [False], 0, 0, step_s)
+        yield run.finish()
+    except Exception as exc:  # the consumer (CLI, Qt worker) shows it; the engine never dies
+        log.exception("plain decoding failed")
+        yield Failed(_describe(exc))
+
+
+def speculate_step(
+    target: ModelRunner, drafter: Drafter, context: list[int], k: int, sampler: Sampler
+) -> tuple[Draft, int, int, float, float]:
+    """Draft up to k tokens after ``context``, verify them in one target pass.
+
+    Returns (draft, n_accepted, next_token, draft_seconds, verify_seconds). On return the target
+    cache holds context + the n accepted drafts, as the loop invariant requires.
+    """
+    t0 = time.perf_counter()
+    draft = drafter.propose(context, k, sampler) if k > 0 else Draft(())
+    t1 = time.perf_counter()
+    drafted = torch.tensor(draft.tokens, dtype=torch.long)  # the backends move it to the logits' device
+    logits = target.forward([context[-1], *draft.tokens], n_logits=len(draft.tokens) + 1)
+    if sampler.greedy:
+        verdict = verify_greedy(drafted, logits)
+    else:
+        verdict = verify_sampled(drafted, draft.probs, sampler.probs(logits), sampler.generator)
+    n = verdict.n_accepted
+    target.crop(len(context) + n)
+    drafter.observe(len(context) + n)
+    return draft, n, verdict.next_token, t1 - t0, time.perf_counter() - t1
+
+
+def speculative_decode(
+    target: ModelRunner,
+    drafter: Drafter,
+    tokenizer,
+    prompt_ids: list[int],
+    settings: DecodeSettings,
+    eos_ids: set[int],
+    cancel: Callable[[], bool] = lambda: False,
+    costs: dict | None = None,
+) -> Iterator[Event]:
+    """Draft, verify, accept; the output equals plain decoding's (greedy) or has its exact
+    distribution (sampling). ``costs``: a dict kept by the caller across requests on the same
+    models; ``costs["measured"]`` seeds the draft-length controller and is updated at the end."""
+    try:
+        run = _Run(target, tokenizer, prompt_ids, settings, eos_ids)
+        drafter.reset()
+        attach = getattr(drafter, "attach_target", None)
+        if attach is not None:  # drafters that read the target's hidden states and K/V
+            attach(target)
+        controller = DraftLengthController(
+            fixed=settings.draft_length,
+            max_k=settings.max_draft_length,
+            drafting_is_free=drafter.free,
+            known=(costs or {}).get("measured"),
+        )
+        t = time.perf_counter()
+        token = prefill(target, prompt_ids, run.sampler)
+        yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
+        # A drafter that need not draft soon reads the prompt when it first drafts (its catch-up
+        # then): on a target where speculation does not pay, that prefill only delayed the
+        # first token. Drafters reading the target's own states must start from its prefill.
+        deferred = controller.drafter_can_wait and attach is None
+        if not run.done and not deferred:
+            drafter.prepare(run.context)
+        while not run.done:
+            if cancel():
+                yield run.finish("cancelled")
+                return
+            remaining = run.output.max_new_tokens - len(run.output.token_ids)
+            # Never draft past the token budget: the target adds one token of its own.
+            requested = max(0, min(controller.next_k(), remaining - 1))
+            prepare_s = 0.0
+            if deferred and requested > 0:
+                t = time.perf_counter()
+                drafter.prepare(run.context)
+                prepare_s, deferred = time.perf_counter() - t, False
+            draft, n, next_token, draft_s, verify_s = speculate_step(
+                target, drafter, run.context, requested, run.sampler
+            )
+            k = len(draft.tokens)
+            # The controller prices drafting per token: a catch-up on tokens decoded while
+            # speculation was off is a one-off cost of switching on (the run's stats keep it).
+            # A deferred prompt prefill is one too.
+            catch_up_s = min(draft_s, getattr(drafter, "catch_up_s", 0.0)) + prepare_s
+            draft_s += prepare_s
+            controller.record(k, n, verify_s, draft_s - catch_up_s, requested=requested, catch_up_s=catch_up_s)
+            run.stats.add_pass(k, n, draft_s, verify_s)
+            if requested == 0:
+                run.stats.off_steps += 1
+            block = [*draft.tokens[:n], next_token]
+            yield from run.emit(block, [True] * n + [False], k, n, draft_s + verify_s)
+        if costs is not None and controller.measured() is not None:
+            costs["measured"] = controller.measured()
+        yield run.finish()
+    except Exception as exc:
+        log.exception("speculative decoding failed")
+        yield Failed(_describe(exc))
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, ValueError):  # includes ContextTooLong: messages meant for the user
+        return str(exc)
+    return f"{type(exc).__name__}: {exc}"

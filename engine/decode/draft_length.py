@@ -1,0 +1,242 @@
+"""Choosing the draft length k per step from measured costs and observed acceptance.
+
+Model (Leviathan et al., sec. 3.4): with per-token acceptance rate a, a pass that drafts k tokens
+yields E[tokens] = (1 - a^(k+1)) / (1 - a). It costs k drafter steps (c seconds each) plus one
+target pass over k+1 tokens, v(k) = v0 + v1*k: v0 is measured by making the first step after
+prefill a plain one-token pass, v1 from every speculative pass since. The speedup over
+plain decoding (one token per v(0)) is S(k) = E[tokens] * v(0) / (v(k) + k*c). We pick the k that
+maximises S and draft nothing (k = 0) when no k is expected to beat plain decoding; after a while
+we probe again with k = 1 so a request whose text becomes predictable regains speculation.
+
+Switching off must cost plain decoding next to nothing (prose that a drafter predicts badly
+must not run slower than plain), so: speculation resumes only when expected to beat plain by a
+margin (``resume_margin``: no on/off flapping around S = 1 where the estimate is noise), and each
+failed probe doubles the wait before the next one: rejected, or accepted without bringing
+speculation back. A probe costs more than its draft step: the drafter first catches up on every token
+since the last one, and the verification is wider. Measured on an int4 target (a wider
+verification costs ~35% more per row there): accepted probes every 16 tokens that never paid
+ran the request at 0.88x of plain. That catch-up costs a fixed share of a plain step per off
+token whatever the wait, so where even 95% acceptance would gain less than twice that share,
+probing waits the longest and a request seeded with such costs lets the drafter skip the prompt
+until it drafts (int4 there: 0.87x -> 1.0x).
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MeasuredCosts:
+    """What a finished request measured, to seed the next one on the same models: seconds of a
+    one-token target pass (v0), per extra verified token (v1) and per draft step, and the
+    acceptance rate it saw."""
+
+    v0: float
+    v1: float
+    draft_step_s: float
+    acceptance: float = 0.7
+    #: Seconds per token the drafter took to catch up on tokens decoded while speculation was
+    #: off (0 when unmeasured): what every probe pays per off step before it drafts.
+    catch_up_per_token_s: float = 0.0
+
+
+DRAFT_COST_WINDOW = 8  # passes whose per-token draft cost the estimate is the median of
+PROBE_BUDGET = 0.05  # share of the off steps' time that probing may cost
+#: Probing is worth it only while the best speculation could do (at 95% acceptance) gains at
+#: least this many times what catching the drafter up costs per off token.
+PROBE_GAIN_OVER_CATCH_UP = 2.0
+
+
+class DraftLengthController:
+    def __init__(
+        self,
+        fixed: int | None = None,
+        max_k: int = 8,
+        initial_k: int = 4,
+        prior_acceptance: float = 0.7,
+        decay: float = 0.9,
+        probe_every: int = 16,
+        max_probe_every: int = 128,
+        resume_margin: float = 1.05,
+        drafting_is_free: bool = False,
+        known: MeasuredCosts | None = None,
+    ) -> None:
+        """``known``: costs an earlier request measured on the same models. The first step is
+        then no calibration pass, and speculation starts off when those costs and that
+        request's acceptance leave no draft length paying by ``resume_margin`` (a quantized
+        target whose wide verification is dear): the request does not pay for a first draft
+        and its catch-ups to find out again. Probes follow as usual."""
+        self.fixed = fixed
+        self.max_k = max_k
+        self.initial_k = min(initial_k, max_k)
+        self.k = 0  # the first step is a plain pass that measures v(0)
+        self.decay = decay
+        self.probe_every = probe_every
+        self.max_probe_every = max_probe_every
+        self.resume_margin = resume_margin
+        self._wait = probe_every  # off steps before the next probe
+        self.drafting_is_free = drafting_is_free
+        # Acceptance as decayed counts of (accepted, tried) draft positions, seeded by a prior.
+        self._acc = prior_acceptance * 4
+        self._tries = 4.0
+        # Per-token draft costs of the last passes. A median, not a decayed average: a request's
+        # first pass pays one-offs (measured: 18.7 ms a token against ~10 after), and seeded with
+        # it an average kept drafting looking dear for a dozen passes, long enough to switch
+        # speculation off for the whole request and, through ``known``, the next ones.
+        self._draft_costs: deque[float] = deque(maxlen=DRAFT_COST_WINDOW)
+        self._v0: float | None = None  # seconds for a one-token target pass
+        self._v1: float | None = None  # extra seconds per verified draft token
+        self._off_steps = 0
+        self._probe_cost = 0.0  # seconds the last probe cost over a plain step
+        self._probing = False  # speculation is off and only probes run
+        self._calibrated = False
+        self._catch_up_per_token: float | None = None
+        self._off_since_draft = 0  # off steps since the drafter last drafted (it catches up on them)
+        #: True when this request starts with speculation off and probing does not pay for
+        #: itself: the drafter need not read the prompt until (if ever) it drafts.
+        self.drafter_can_wait = False
+        if known is not None and fixed is None:
+            self._v0, self._v1 = known.v0, known.v1
+            self._draft_costs.append(known.draft_step_s)
+            self._catch_up_per_token = known.catch_up_per_token_s or None
+            self._calibrated = True
+            # Costs belong to the models and the machine; acceptance belongs to a request's text
+            # (code after prose). Start from the better of the prior and the last request's: seeded
+            # low, a request that speculation would suit started off, probed too rarely to find
+            # out in a short answer, and handed the same low figure to the next request, so one
+            # prose answer switched speculation off for every later request of a bench run.
+            self._acc = max(prior_acceptance, known.acceptance) * self._tries
+            paying = max(self.expected_speedup(k) for k in range(1, self.max_k + 1))
+            if paying < self.resume_margin:
+                self._probing = True  # off from the start; probes as usual
+                if not self.probing_pays():
+                    self._wait = self.max_probe_every
+                    self.drafter_can_wait = True
+            else:
+                self.k = self.initial_k
+
+    @property
+    def _draft_step_s(self) -> float | None:
+        """Seconds per draft token: the lower median of the last passes' (None before any)."""
+        if not self._draft_costs:
+            return None
+        return sorted(self._draft_costs)[(len(self._draft_costs) - 1) // 2]
+
+    @property
+    def acceptance(self) -> float:
+        return self._acc / self._tries
+
+    def next_k(self) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        return self.k
+
+    def record(
+        self, k: int, n_accepted: int, verify_s: float, draft_s: float, requested: int | None = None,
+        catch_up_s: float = 0.0,
+    ) -> None:
+        """Update from one step: k drafted (of ``requested``), n accepted, and the timings of
+        its two halves. A drafter may propose fewer than requested (prompt lookup with no
+        match); only a requested k of 0 means speculation was switched off."""
+        d = self.decay
+        if self._probing and k > 0:
+            # What this probe cost over a plain step: its drafting, the drafter's catch-up on the
+            # tokens decoded while off, and the wider verification.
+            self._probe_cost = draft_s + catch_up_s + max(0.0, verify_s - (self._v0 or verify_s))
+        if k > 0 and catch_up_s > 0 and self._off_since_draft > 0:
+            self._catch_up_per_token = catch_up_s / self._off_since_draft
+        self._off_since_draft = 0 if k > 0 else self._off_since_draft + 1
+        if k > 0:
+            tried = n_accepted + (1 if n_accepted < k else 0)
+            self._acc = d * self._acc + n_accepted
+            self._tries = d * self._tries + tried
+            self._draft_costs.append(draft_s / k)
+        if k == 0:
+            self._v0 = verify_s if self._v0 is None else d * self._v0 + (1 - d) * verify_s
+        elif self._v0 is not None:
+            slope = max(0.0, (verify_s - self._v0) / k)
+            self._v1 = slope if self._v1 is None else d * self._v1 + (1 - d) * slope
+        self.k = self._choose(previous=k if requested is None else requested, n_accepted=n_accepted)
+
+    def measured(self) -> MeasuredCosts | None:
+        """The costs measured so far, once all three are (for ``known`` of a later request)."""
+        if self._v0 is None or self._v1 is None or self._draft_step_s is None:
+            return None
+        return MeasuredCosts(self._v0, self._v1, self._draft_step_s, self.acceptance, self._catch_up_per_token or 0.0)
+
+    def probing_pays(self) -> bool:
+        """Whether probes can pay for themselves: each costs the drafter's catch-up over every
+        token since the last, so per off token a fixed share of a plain step. When even 95%
+        acceptance would gain less than PROBE_GAIN_OVER_CATCH_UP times that share (an int4
+        target here: best 1.13x, catch-up 13% of a step), probing only slows the request."""
+        if not self._catch_up_per_token or not self._v0:
+            return True
+        return self._ceiling() - 1.0 > PROBE_GAIN_OVER_CATCH_UP * self._catch_up_per_token / self._v0
+
+    def best_speedup(self) -> float:
+        """The best expected speedup over every k at the acceptance observed so far."""
+        return max(self.expected_speedup(k) for k in range(1, self.max_k + 1))
+
+    def _ceiling(self) -> float:
+        """The best expected speedup over every k if 95% of drafts were accepted."""
+        return max(self.expected_speedup(k, acceptance=0.95) for k in range(1, self.max_k + 1))
+
+    def verify_cost(self, k: int) -> float:
+        """v(k) in seconds; until measured, assume 1 s per pass and 10% more per extra token,
+        which is what bf16 on CPUs with native bf16 and GPUs roughly do."""
+        v0 = self._v0 if self._v0 is not None else 1.0
+        v1 = self._v1 if self._v1 is not None else 0.1 * v0
+        return v0 + v1 * k
+
+    def expected_speedup(self, k: int, acceptance: float | None = None) -> float:
+        a = min(self.acceptance if acceptance is None else acceptance, 0.999)
+        tokens = (1 - a ** (k + 1)) / (1 - a)
+        c = 0.0 if self.drafting_is_free else (self._draft_step_s or 0.0)
+        return tokens * self.verify_cost(0) / (self.verify_cost(k) + k * c)
+
+    def _choose(self, previous: int, n_accepted: int = 0) -> int:
+        if self.fixed is not None:
+            return self.fixed
+        if previous == 0 and not self._calibrated:
+            self._calibrated = True
+            return self.initial_k
+        if previous == 0:
+            self._off_steps += 1
+            if self._off_steps < self._wait:
+                return 0
+            self._off_steps = 0
+            return 1  # probe: acceptance may have risen since speculation was switched off
+        failed_probe = self._probing and n_accepted == 0  # while off, drafting steps are probes
+        best_k, best_s = 0, 1.0
+        for k in range(1, self.max_k + 1):
+            s = self.expected_speedup(k)
+            if s > best_s * 1.01:  # prefer shorter drafts on near-ties: less work wasted
+                best_k, best_s = k, s
+        # An accepted probe backs off like a rejected one when the costs alone rule speculation
+        # out: no k would break even at 95% acceptance (the draft cost a probe measures includes
+        # the drafter's catch-up over every token since the last probe).
+        if self._probing and not failed_probe:
+            failed_probe = self._ceiling() < 1.0
+        if not math.isfinite(best_s):
+            return previous
+        if self._probing and best_s < self.resume_margin:
+            best_k = 0  # a probe must show a clear gain before speculation resumes
+        if best_k == 0 and not self._probing and len(self._draft_costs) < 2:
+            best_k = 1  # one pass is no evidence (see _draft_costs): measure a second first
+        if best_k == 0:
+            # Back off: each failed probe doubles the wait before the next one; and probes
+            # never cost more than ~5% of the plain steps between them (on an int4 target the
+            # drafter's catch-up makes a probe cost ~3 plain steps).
+            self._wait = min(self._wait * 2, self.max_probe_every) if failed_probe else self.probe_every
+            if self._probe_cost and self._v0:
+                affordable = math.ceil(self._probe_cost / (PROBE_BUDGET * self._v0))
+                self._wait = min(max(self._wait, affordable), self.max_probe_every)
+            if not self.probing_pays():
+                self._wait = self.max_probe_every
+            self._probing = True
+        else:
+            self._wait = self.probe_every
+            self._probing = False
+        return best_k

@@ -1,0 +1,323 @@
+"""Fetching one file of a Hub repo into huggingface_hub's cache: resumable, verified, stoppable.
+
+Why not ``hf_hub_download``: as of huggingface_hub 2.4 it downloads into a process-unique
+temporary file that it deletes on any failure, so an interrupted download starts over; it has
+no cancel hook; and its per-byte progress goes through tqdm in 10 MB chunks. Here we use its
+building blocks instead (``get_hf_file_metadata`` for the HEAD request and its errors,
+``get_session`` for the HTTP client with its offline hook, ``build_hf_headers`` for the token)
+and stream ourselves into ``blobs/<etag>.incomplete``, which survives a crash or a cancel and is
+continued with an HTTP Range request. The bytes are hashed as they arrive and compared with the
+sha256 (LFS files) or git blob id (regular files) that the Hub publishes; only a file that
+matches is renamed to its final blob name, so nothing half-written is ever visible as a file.
+
+Runs on a worker thread; ``stop`` is checked between chunks (the generator that drives the
+worker does not wait for it: see engine.hub.download).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import urljoin, urlsplit
+
+from engine.hub.cache import (
+    blob_path,
+    blob_verified,
+    link_pointer,
+    lock_path,
+    mark_blob_verified,
+    partial_path,
+    pointer_path,
+)
+from engine.hub.files import HubFile
+
+log = logging.getLogger(__name__)
+HASH_BLOCK = 4 << 20
+METADATA_TIMEOUT_S = 10.0  # HEAD / model info: fail fast when the Hub is unreachable
+READ_TIMEOUT_S = 20.0      # a stalled body read counts as a network error and is retried
+RETRIES = 3                # per file, each resuming from the bytes already on disk
+
+
+class Stopped(Exception):
+    """The caller asked to stop; the partial file is kept for a later resume."""
+
+
+class IntegrityError(Exception):
+    """The bytes do not match the size or hash the Hub published."""
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP client's connection-level errors (huggingface_hub 2.x uses httpx2, 1.x httpx)."""
+    try:
+        import httpx2 as http
+    except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
+        import httpx as http
+    return (http.TransportError,)
+
+
+@dataclass
+class Progress:
+    """Shared between the worker (sole writer) and the generator (reader). ``done`` counts bytes
+    on disk for the plan's files, ``received`` only bytes that came over the network this run."""
+
+    done: int = 0
+    received: int = 0
+    current: str = ""
+
+
+@dataclass
+class _FileCount:
+    """How much of one file is counted in ``Progress.done``, kept in step with the disk."""
+
+    progress: Progress
+    level: int = 0
+
+    def set(self, n: int) -> None:
+        self.progress.done += n - self.level
+        self.level = n
+
+    def add(self, n: int) -> None:
+        self.level += n
+        self.progress.done += n
+        self.progress.received += n
+
+
+@dataclass
+class _Digest:
+    hasher: object | None
+    length: int = 0
+
+    def update(self, chunk: bytes) -> None:
+        if self.hasher is not None:
+            self.hasher.update(chunk)
+        self.length += len(chunk)
+
+
+@dataclass
+class Transfer:
+    endpoint: str
+    cache: Path
+    token: str | bool | None
+    stop: threading.Event
+    progress: Progress = field(default_factory=Progress)
+    retries: int = RETRIES
+
+
+def expected_digest(f: HubFile) -> str | None:
+    return f.sha256 or f.git_sha1
+
+
+def _new_digest(f: HubFile) -> _Digest:
+    if f.sha256:
+        return _Digest(hashlib.sha256())
+    if f.git_sha1:
+        h = hashlib.sha1()
+        h.update(f"blob {f.size}\0".encode())  # git hashes a header, then the content
+        return _Digest(h)
+    return _Digest(None)
+
+
+def _hash_into(digest: _Digest, path: Path, stop: threading.Event) -> None:
+    with open(path, "rb") as fh:
+        while block := fh.read(HASH_BLOCK):
+            if stop.is_set():
+                raise Stopped()
+            digest.update(block)
+
+
+def _matches(digest: _Digest, f: HubFile) -> bool:
+    if digest.length != f.size:
+        return False
+    want = expected_digest(f)
+    return want is None or digest.hasher.hexdigest() == want
+
+
+def present_bytes(cache: Path, repo: str, f: HubFile) -> int:
+    """Bytes of ``f`` already on disk (a complete blob or a partial one), by the etag the
+    listing implies; used for the free-space check and the starting point of progress."""
+    if not f.etag:
+        return 0
+    if blob_path(cache, repo, f.etag).exists():
+        return f.size
+    partial = partial_path(cache, repo, f.etag)
+    return min(partial.stat().st_size, f.size) if partial.exists() else 0
+
+
+@contextmanager
+def _locked(path: Path, stop: threading.Event) -> Iterator[None]:
+    from filelock import FileLock, Timeout
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path))
+    while True:
+        try:
+            lock.acquire(timeout=0.2)
+            break
+        except Timeout:
+            if stop.is_set():
+                raise Stopped() from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _with_hash_from_etag(f: HubFile, etag: str) -> HubFile:
+    """A listing without blob metadata (some mirrors) still gets a hash check from the ETag:
+    64 hex digits are an LFS sha256, 40 a git blob id."""
+    if expected_digest(f) is not None:
+        return f
+    if len(etag) == 64:
+        return replace(f, sha256=etag)
+    if len(etag) == 40:
+        return replace(f, git_sha1=etag)
+    log.warning("%s: no hash published; checking its size only", f.path)
+    return f
+
+
+def ensure_file(t: Transfer, repo: str, commit: str, f: HubFile) -> Path:
+    """Make ``snapshots/<commit>/<f.path>`` a verified copy of ``f``; returns that path.
+
+    A blob already in the cache (from an earlier run or another tool) is verified and reused;
+    a partial one is continued; a wrong one is deleted and fetched again."""
+    pointer = pointer_path(t.cache, repo, commit, f.path)
+    count = _FileCount(t.progress, present_bytes(t.cache, repo, f))
+    t.progress.current = f"{repo}/{f.path}"
+    if f.etag and blob_path(t.cache, repo, f.etag).exists():
+        blob = blob_path(t.cache, repo, f.etag)
+        with _locked(lock_path(t.cache, repo, f.etag), t.stop):
+            if not blob_verified(t.cache, repo, f.etag):
+                digest = _new_digest(f)
+                _hash_into(digest, blob, t.stop)
+                if _matches(digest, f):
+                    mark_blob_verified(t.cache, repo, f.etag)
+            if blob_verified(t.cache, repo, f.etag):
+                link_pointer(blob, pointer)
+                count.set(f.size)
+                return pointer
+            log.warning("%s/%s: cached copy does not match its hash; fetching it again", repo, f.path)
+            blob.unlink()
+            count.set(0)
+    return _download(t, repo, commit, f, pointer, count)
+
+
+def _download(t: Transfer, repo: str, commit: str, f: HubFile, pointer: Path, count: _FileCount) -> Path:
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.utils import build_hf_headers
+
+    url = hf_hub_url(repo, f.path, revision=commit, endpoint=t.endpoint)
+    meta = get_hf_file_metadata(url, token=t.token, timeout=METADATA_TIMEOUT_S, endpoint=t.endpoint)
+    etag = meta.etag or f.etag
+    if not etag:
+        raise IntegrityError(f"{repo}/{f.path}: the Hub sent no ETag for it")
+    if meta.size is not None and meta.size != f.size:
+        raise IntegrityError(f"{repo}/{f.path}: the Hub reports {meta.size:,} bytes but listed {f.size:,}")
+    if f.etag and etag != f.etag:
+        log.info("%s/%s: ETag %s differs from the listing's %s; naming the blob by the ETag", repo, f.path, etag, f.etag)
+        count.set(0)
+    f = _with_hash_from_etag(f, etag)
+    location = urljoin(url, meta.location)
+    headers = build_hf_headers(token=t.token)
+    headers["Accept-Encoding"] = "identity"  # hash and resume the bytes as stored, not a gzip of them
+    if urlsplit(location).netloc != urlsplit(url).netloc:
+        headers.pop("authorization", None)  # a CDN link is signed; the token stays on the Hub
+    blob, partial = blob_path(t.cache, repo, etag), partial_path(t.cache, repo, etag)
+    with _locked(lock_path(t.cache, repo, etag), t.stop):
+        if not blob.exists():  # another process may have finished it while we waited
+            blob.parent.mkdir(parents=True, exist_ok=True)
+            digest = _stream_with_retries(t, location, headers, partial, f, count)
+            if not _matches(digest, f):
+                partial.unlink(missing_ok=True)
+                count.set(0)
+                got = digest.hasher.hexdigest()[:12] if digest.hasher else "?"
+                raise IntegrityError(
+                    f"{repo}/{f.path} is corrupted: got {digest.length:,} bytes with hash {got}…, the Hub"
+                    f" published {f.size:,} bytes with hash {(expected_digest(f) or '?')[:12]}…."
+                    " The bad copy was deleted; downloading again fetches it afresh."
+                )
+            os.replace(partial, blob)
+            mark_blob_verified(t.cache, repo, etag)
+        elif not blob_verified(t.cache, repo, etag):
+            digest = _new_digest(f)
+            _hash_into(digest, blob, t.stop)
+            if not _matches(digest, f):
+                raise IntegrityError(f"{repo}/{f.path}: the cached copy does not match its hash; delete {blob} and retry")
+            mark_blob_verified(t.cache, repo, etag)
+        link_pointer(blob, pointer)
+    count.set(f.size)
+    return pointer
+
+
+def _stream_with_retries(t: Transfer, url: str, headers: dict, partial: Path, f: HubFile, count: _FileCount) -> _Digest:
+    digest: _Digest | None = None
+    failures = 0
+    while True:
+        on_disk = partial.stat().st_size if partial.exists() else 0
+        if on_disk > f.size:  # not a prefix of this file: start over
+            partial.unlink()
+            on_disk = 0
+        if digest is None or digest.length != on_disk:
+            digest = _new_digest(f)
+            if on_disk:
+                _hash_into(digest, partial, t.stop)
+        count.set(on_disk)
+        if on_disk == f.size:
+            return digest
+        before = digest.length
+        try:
+            _get(t, url, headers, partial, f, digest, count)
+            return digest
+        except Exception as exc:
+            if not _retryable(exc):
+                raise
+            # Count only failures in a row: a long download over a flaky link may drop many
+            # times, and each resume that got data further is progress.
+            failures = 1 if digest.length > before else failures + 1
+            if failures > t.retries:
+                raise
+            wait = min(4.0, 0.5 * 2 ** (failures - 1))
+            log.warning("%s: %s; resuming in %.1fs (attempt %d of %d)", f.path, exc, wait, failures + 1, t.retries + 1)
+            if t.stop.wait(wait):
+                raise Stopped() from None
+
+
+def _retryable(exc: Exception) -> bool:
+    """Connection drops, timeouts, and the HTTP statuses that mean "try again shortly"."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(exc, transport_errors()):
+        return True
+    status = exc.response.status_code if isinstance(exc, HfHubHTTPError) and exc.response is not None else None
+    return status in (408, 429, 500, 502, 503, 504)
+
+
+def _get(t: Transfer, url: str, headers: dict, partial: Path, f: HubFile, digest: _Digest, count: _FileCount) -> None:
+    from huggingface_hub.utils import get_session, hf_raise_for_status
+
+    resume = digest.length
+    request_headers = dict(headers)
+    if resume:
+        request_headers["Range"] = f"bytes={resume}-"
+    with get_session().stream("GET", url, headers=request_headers, timeout=READ_TIMEOUT_S, follow_redirects=True) as response:
+        if response.status_code == 416:  # our partial is not a prefix the server knows: start over
+            partial.unlink(missing_ok=True)
+            raise IntegrityError(f"{f.path}: the server refused to resume it; downloading again starts afresh")
+        hf_raise_for_status(response)
+        mode = "ab"
+        if resume and response.status_code != 206:  # Range ignored: the body is the whole file
+            log.info("%s: server ignored the Range request; starting over", f.path)
+            digest.hasher, digest.length = _new_digest(f).hasher, 0
+            count.set(0)
+            mode = "wb"
+        with open(partial, mode) as out:
+            for chunk in response.iter_bytes():
+                if t.stop.is_set():
+                    raise Stopped()
+                out.write(chunk)
+                digest.update(chunk)
+                count.add(len(chunk))

@@ -1,0 +1,230 @@
+"""Whether a catalog entry fits a machine, at which context, and what to recommend.
+
+``assess`` weighs an entry's memory estimate (``engine.models.memory_fit``) against each device's
+budget less headroom for the OS (GPU VRAM, Apple unified memory, else RAM) and says where it
+fits, at what context, and why; ``recommend`` ranks the entries by fit, then by expected speed.
+
+No torch here: the app runs this on the GUI thread.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from engine.models.catalog import CatalogEntry, canonical_precision
+from engine.models.hardware import GB, Hardware
+from engine.models.memory_fit import (
+    CONTEXT_LADDER,
+    FIT_ORDER,
+    HEADROOM_FRACTION,
+    HEADROOM_MIN,
+    MIN_CONTEXT,
+    Device,
+    Fit,
+    MemoryEstimate,
+    estimate_memory,
+)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """``fit``: "gpu" / "unified" / "cpu" = fits there with headroom; "tight" = fits on
+    ``device`` without headroom; "none" = fits nowhere (``device`` is where it came closest).
+    ``available``: the memory budget of ``device`` in bytes."""
+
+    entry: CatalogEntry
+    precision: str
+    context: int
+    device: Device
+    estimate: MemoryEstimate
+    fit: Fit
+    reason: str
+    recommended: bool
+    predicted_speedup: tuple[float, float]
+    available: int = 0
+    #: Plain decoding tokens/sec expected on the CPU (weights read once per token at the
+    #: memory bandwidth its cores reach); None off the CPU or when the core count is unknown.
+    cpu_tok_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        e = self.entry
+        return {
+            "id": e.id,
+            "name": e.name,
+            "family": e.family,
+            "target_repo": e.target_repo,
+            "drafter_repo": e.drafter_repo,
+            "drafter_kind": e.drafter_kind,
+            "target_params": e.target_params,
+            "drafter_params": e.drafter_params,
+            "precision": self.precision,
+            "context": self.context,
+            "device": self.device,
+            "estimate_bytes": {**self.estimate.to_dict(), "total": self.estimate.total},
+            "available_bytes": self.available,
+            "fit": self.fit,
+            "reason": self.reason,
+            "recommended": self.recommended,
+            "predicted_speedup": list(self.predicted_speedup),
+            "conservative": self.estimate.conservative,
+            "license": e.license,
+            "gated": e.gated,
+            "source": e.source,
+            # Where the numbers came from, when not the catalog file itself (which cites its sources).
+            "notes": [*e.notes, *(e.target_arch.notes if e.target_arch.source != "catalog" else ())],
+        }
+
+
+
+# -- fitting ---------------------------------------------------------------------------------
+
+
+def device_budgets(hardware: Hardware) -> list[tuple[Device, int, str]]:
+    """(device, bytes a model may use there, label), best device first."""
+    budgets: list[tuple[Device, int, str]] = []
+    gpu = hardware.best_gpu
+    if gpu is not None:
+        budgets.append(("gpu", gpu.free_bytes, gpu.name))
+    if hardware.is_apple and hardware.gpu_working_set:
+        # Metal keeps a process's GPU memory within the working set, and CPU and GPU share RAM.
+        budgets.append(("unified", min(hardware.gpu_working_set, hardware.ram_available), "unified memory"))
+    budgets.append(("cpu", hardware.ram_available, "RAM"))
+    return budgets
+
+
+def headroom(budget: int) -> int:
+    return max(HEADROOM_MIN, int(budget * HEADROOM_FRACTION))
+
+
+def _gb(n: int) -> str:
+    return f"{n / GB:.1f} GB"
+
+
+def _fits(entry: CatalogEntry, precision: str, context: int, device: Device, budget: int) -> bool:
+    return estimate_memory(entry, precision, context, device).total + headroom(budget) <= budget
+
+
+def _context_for(entry: CatalogEntry, precision: str, device: Device, budget: int) -> int | None:
+    """The longest context from CONTEXT_LADDER (within the model's limit) that fits ``device``
+    with headroom, or None when even the shortest doesn't."""
+    limit = entry.max_context or CONTEXT_LADDER[0]
+    ladder = [c for c in CONTEXT_LADDER if c <= limit] or [limit]
+    return next((c for c in ladder if _fits(entry, precision, c, device, budget)), None)
+
+
+def assess(entry: CatalogEntry, hardware: Hardware, precision: str = "bf16", context: int | None = None) -> FitResult:
+    """Where ``entry`` runs best on ``hardware``: the first device (GPU, unified memory, CPU)
+    where it fits with headroom; else the first where it fits at all ("tight"); else "none".
+    ``context`` None: on the best device where a usable context fits, the longest that does
+    (see ``recommended_context``)."""
+    precision = canonical_precision(precision)
+    budgets = device_budgets(hardware)
+    chosen = None
+    if context is None:
+        for device, budget, label in budgets:
+            found = _context_for(entry, precision, device, budget)
+            if found is not None:
+                context, chosen = found, (device, budget, label, device)
+                break
+        else:
+            context = min(MIN_CONTEXT, entry.max_context or MIN_CONTEXT)
+    elif context < 1:
+        raise ValueError(f"context must be at least 1 token, not {context}")
+    estimates = {device: estimate_memory(entry, precision, context, device) for device, _, _ in budgets}
+    if chosen is None:  # comfortable fits first, best device first
+        chosen = next(((d, b, label, d) for d, b, label in budgets if estimates[d].total + headroom(b) <= b), None)
+    if chosen is None:
+        chosen = next(((d, b, label, "tight") for d, b, label in budgets if estimates[d].total <= b), None)
+    if chosen is None:  # report against the device that came closest
+        device, budget, label = max(budgets, key=lambda b: b[1] - estimates[b[0]].total)
+        chosen = (device, budget, label, "none")
+    device, budget, label, fit = chosen
+    estimate = estimates[device]
+    need = f"needs {_gb(estimate.total)}, {_gb(budget)} free ({label})"
+    if fit == "tight":
+        reason = f"{need}: fits with only {_gb(budget - estimate.total)} to spare"
+    elif fit == "none":
+        reason = f"{need}: does not fit"
+    else:
+        reason = need
+    if estimate.conservative:
+        reason += " (conservative estimate: architecture not fully known)"
+    rate = cpu_decode_rate(hardware, estimate) if device == "cpu" and fit != "none" else None
+    if rate is not None:
+        reason += f"; about {rate:.0f} tok/s plain on {hardware.cpu_cores} cores" if rate >= 1.5 else \
+            f"; slow here: about {rate:.1f} tok/s plain on {hardware.cpu_cores} cores"
+    return FitResult(
+        entry=entry,
+        precision=precision,
+        context=context,
+        device=device,
+        estimate=estimate,
+        fit=fit,
+        reason=reason,
+        recommended=False,
+        predicted_speedup=entry.speedup_prior,
+        available=budget,
+        cpu_tok_s=rate,
+    )
+
+
+def recommended_context(entry: CatalogEntry, hardware: Hardware, precision: str = "bf16") -> int:
+    """The longest context from CONTEXT_LADDER (up to the model's own limit) that fits with
+    headroom on the best device where any does; MIN_CONTEXT when none does. Best device first:
+    a model that fits the GPU at 8k is better run there than on the CPU at 32k."""
+    return assess(entry, hardware, precision, None).context
+
+
+# Decoding on a CPU reads every resident weight once per token, so its rate is the memory
+# bandwidth the cores reach over the bytes resident. Measured here (2 EPYC cores, default
+# target in bf16 with the AVX2 kernel): ~4 tok/s over 3.1 GB, about 6 GB/s per core; one
+# socket's memory caps it.
+CPU_BANDWIDTH_PER_CORE = 6e9
+CPU_BANDWIDTH_CAP = 60e9
+# Below this plain rate a model answers too slowly to chat with, however well it fits: on a
+# CPU the recommendation prefers the largest model that reaches it.
+INTERACTIVE_TOK_S = 2.5
+
+
+def cpu_decode_rate(hardware: Hardware, estimate: MemoryEstimate) -> float | None:
+    """Expected plain tokens/sec on the CPU, or None when the core count is unknown."""
+    if not hardware.cpu_cores:
+        return None
+    bandwidth = min(CPU_BANDWIDTH_PER_CORE * hardware.cpu_cores, CPU_BANDWIDTH_CAP)
+    return bandwidth / max(1, estimate.weights + estimate.drafter // 3)  # the drafter runs for a fraction of the time
+
+
+def _rank_key(result: FitResult) -> tuple:
+    # GPU before unified memory before CPU; on the CPU, models fast enough to chat with first;
+    # then the largest model, then the bigger expected gain.
+    low, high = result.predicted_speedup
+    slow = result.cpu_tok_s is not None and result.cpu_tok_s < INTERACTIVE_TOK_S
+    return (FIT_ORDER[result.fit], slow, -result.entry.target_params, -(low + high), result.entry.id)
+
+
+def recommend(entries: Iterable[CatalogEntry], hardware: Hardware, context: int | None = None,
+              precisions: Sequence[str] = ("bf16",)) -> list[FitResult]:
+    """Every entry assessed on ``hardware``, best first; exactly one is marked recommended when
+    anything fits. Each entry is tried in ``precisions`` (in order of preference) and reported in
+    the first one that fits with headroom (or the first, if none does); 16-bit by default, the
+    precision the engine runs fast."""
+    wanted = [canonical_precision(p) for p in precisions]
+    if not wanted:
+        raise ValueError("recommend needs at least one precision")
+    results = []
+    for entry in entries:
+        offered = [p for p in wanted if p in entry.precisions] or wanted[:1]
+        candidates = [assess(entry, hardware, p, context) for p in offered]
+        comfortable = [r for r in candidates if FIT_ORDER[r.fit] < FIT_ORDER["tight"]]
+        results.append(comfortable[0] if comfortable else candidates[0])
+    results.sort(key=_rank_key)
+    for i, result in enumerate(results):
+        if result.fit != "none":
+            results[i] = replace(result, recommended=True)
+            break
+    return results
+
+
+def recommended_result(results: Sequence[FitResult]) -> FitResult | None:
+    return next((r for r in results if r.recommended), None)

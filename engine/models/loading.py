@@ -1,0 +1,173 @@
+"""Loading a model folder (safetensors + tokenizer) at the precision a mode asks for."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.core.settings import Precision
+from engine.models.fast_linear import accelerate_linears
+from engine.models.invariant_attention import use_batch_invariant_attention
+from engine.models.placement import check_fits, dtype_for, pick_device, weights_name  # noqa: F401  (pick_device, dtype_for: re-exported)
+from engine.quant import weight_cache
+from engine.quant.quantize import (
+    int4_available,
+    int8_available,
+    to_int4_drafter,
+    to_int4_target,
+    to_int8_drafter,
+    to_int8_target,
+)
+from kernels.int4_linear.reference import supports as int4_supports
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class LoadedModel:
+    """``weights`` says how the weights are held: "bf16", "fp32", "fp16" or "int8".
+    ``from_cache``: an int8 target's weights came from engine.quant.weight_cache (not quantized now)."""
+
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+    dtype: torch.dtype
+    seconds: float
+    weights: str = ""
+    from_cache: bool = False
+
+
+def read_config(path: Path) -> dict:
+    """A model folder's config.json as a dict (no transformers import)."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not a model folder (no config.json)")
+    return json.loads((path / "config.json").read_text())
+
+
+def load_model(path: Path, precision: Precision = "fast", device: str = "auto", fast_kernels: bool = True,
+               role: str = "target", weights: str | None = None, with_tokenizer: bool = True,
+               check_memory: bool = True) -> LoadedModel:
+    """Load a model folder. ``fast_kernels`` routes bf16 CPU linears through kernels.linear;
+    ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". ``weights``
+    ("int8", "int4", "bf16", "fp32"; drafters only) overrides the dtype the precision mode implies.
+    Precision "int8" / "int4" quantizes a target's linear layers (LM head included) on the first
+    load and reads them from engine.quant.weight_cache afterwards.
+    Drafters that ship no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False``.
+    ``check_memory``: on a GPU, refuse with ``placement.DoesNotFit`` when the model would not fit
+    its free memory (the CPU is never checked)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not a model folder (no config.json)")
+    if weights is not None and role != "drafter":
+        raise ValueError("only a drafter's weights may differ from the precision mode's")
+    dev = pick_device(device)
+    dtype = dtype_for(precision, dev)
+    if check_memory and dev.type != "cpu":
+        check_fits(path, None, dtype, dev, weights=weights_name(precision, dev) if role == "target" else None)
+    if precision in ("int8", "int4") and role == "target":
+        if dev.type != "cpu":  # the int8 / int4 kernels read host memory
+            raise ValueError(f"precision {precision} runs on the CPU only; choose fast or exact on {dev.type}")
+        weights = precision
+    if weights in ("bf16", "fp32"):
+        dtype = torch.bfloat16 if weights == "bf16" else torch.float32
+    start = time.perf_counter()
+    # int8 is quantized from the checkpoint's bf16 weights (loading fp32 first would only cost
+    # time and memory: the values are the same).
+    load_dtype = torch.bfloat16 if weights in ("int8", "int4") else dtype
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype).to(dev).eval()
+    from_cache = False
+    if weights in ("int8", "int4") and role == "target":
+        from_cache = _to_quantized_target(model, path, weights)
+        dtype = torch.float32  # activations
+    elif weights == "int8":
+        to_int8_drafter(model)
+        dtype = torch.float32  # activations
+    elif weights == "int4":
+        to_int4_drafter(model)
+        dtype = torch.float32
+    if weights in ("int8", "int4"):
+        release_freed_memory()
+    elif fast_kernels:
+        accelerate_linears(model, batch_invariant=role == "target")
+    if role == "target" and fast_kernels:
+        use_batch_invariant_attention(model)  # with the linear kernels: verification == decoding, bit for bit
+    tokenizer = AutoTokenizer.from_pretrained(path) if with_tokenizer else None
+    seconds = time.perf_counter() - start
+    held = weights or {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    log.info("loaded %s on %s, %s weights%s, in %.1fs", path.name, dev, held, " (cached)" if from_cache else "", seconds)
+    return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds, held, from_cache)
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed while quantizing back to the OS. The float weights and fp32 temporaries
+    (a few MB each) come from glibc's heap, which keeps freed chunks: measured on the default
+    pair, the int8 drafter's load left ~750 MB of it resident. Linux/glibc only; a no-op elsewhere."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # another C library (musl): nothing to do
+            pass
+
+
+def _to_quantized_target(model: torch.nn.Module, path: Path, kind: str) -> bool:
+    """Quantize a target in place to ``kind`` ("int8", "int4"), from the cache when it holds
+    this model's layers (returns True then), else from its weights, caching the result."""
+    cached = weight_cache.load(path, kind)
+    if cached is not None and not _cache_fits(model, cached, kind):
+        log.warning("%s cache of %s does not match the model; converting again", kind, path.name)
+        cached = None
+    held = (to_int8_target if kind == "int8" else to_int4_target)(model, cached)
+    if cached is not None:
+        return True
+    try:
+        weight_cache.save(path, held, kind)
+    except OSError as exc:  # read-only or full cache dir: the model still runs
+        log.warning("could not cache the %s weights of %s (%s)", kind, path.name, exc)
+    return False
+
+
+def _cache_fits(model: torch.nn.Module, cached: dict[str, torch.Tensor], kind: str = "int8") -> bool:
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
+
+    def held(name: str, m: torch.nn.Linear) -> bool:
+        if kind == "int4" and f"{name}.packed" in cached:
+            n, k = m.weight.shape
+            return cached[f"{name}.packed"].shape == (n // 4, k // 32, 4, 16) and f"{name}.offset" in cached
+        return f"{name}.q" in cached and cached[f"{name}.q"].shape == m.weight.shape and cached[f"{name}.q"].dtype == torch.int8
+
+    expected = sum(3 if kind == "int4" and int4_supports(*m.weight.shape) else 2 for m in linears.values())
+    return len(cached) == expected and all(held(name, m) for name, m in linears.items())
+
+
+def drafter_weights(requested: str, precision: Precision, device: str = "auto") -> str:
+    """Resolve a drafter precision choice: "auto" is int8 where the fast int8 kernel runs, and
+    int4 next to an int8 / int4 target where the int4 kernel runs too.
+
+    Why int4 there: a quantized target's one-token step is 2-4x cheaper than bf16's, so the
+    drafter's step becomes a large share of each pass (c ~0.3 with int8). The int4 drafter reads
+    ~60% of the bytes (default pair, one step 9.8 vs 14.7 ms); it agrees with the target a little
+    less often, but on the int8 target it won on every category of the bench in the same run
+    (2026-11-30 bench, repeats 2: code 1.55x vs 1.28x, prose 1.10x vs 0.97x, qa 1.19x vs 0.89x). Next to
+    a bf16 target (c ~0.13 with int8) its lower acceptance would cost more than it saves."""
+    if requested != "auto":
+        return requested
+    dev = pick_device(device)
+    if dev.type == "cpu" and int8_available():
+        return "int4" if precision in ("int8", "int4") and int4_available() else "int8"
+    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype_for(precision, dev)]
+
+
+def same_vocabulary(target_tokenizer, drafter_tokenizer) -> bool:
+    """A draft model must map ids to the same strings as the target (same tokenizer)."""
+    return target_tokenizer.get_vocab() == drafter_tokenizer.get_vocab()

@@ -1,0 +1,232 @@
+"""How much memory a catalog entry needs: weights, KV cache, drafter and runtime (the formula).
+
+Whether that fits a machine, and what to recommend, is ``engine.models.fit``.
+
+An estimate has four parts (bytes):
+
+    weights    target parameters x bytes per parameter of the precision, less what need not stay
+               resident (an untied input embedding memory-mapped on the CPU: STORED_PRECISION);
+               "int8" is the engine's int8 target: every linear layer and the LM head int8 with
+               fp32 row scales, the input embedding left at bf16 (int8_target_bytes); "int4"
+               its int4 target, 5 bits per linear weight (int4_target_bytes)
+    kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
+               per token, sliding-window layers holding at most their window
+    drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" / "int4" are the
+               engine's quantized drafters, linear layers int8 / int4 and the embedding and head
+               left at bf16) and its
+               own K/V cache; a Gemma 4 assistant:
+               weights only (it reads the target's K/V); MTP heads: inside the target (0);
+               prompt lookup: 0
+    overhead   the runtime (Python, torch, transformers, tokenizers), the activations of one
+               prefill pass over the whole prompt (the engine prefills in one pass), the logits
+               of a verification pass, and the CUDA context on a GPU
+
+The overhead constants are measured, not tuned per model: see ``RUNTIME_BYTES`` and
+``TOKENIZER_BYTES_PER_TOKEN`` and the activation model in ``activation_bytes``; tests check the
+whole estimate against the peak RSS of the real default pair (tests/engine/test_memory_fit.py).
+
+No torch here: the app runs this on the GUI thread.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from engine.models.architecture import Architecture
+from engine.models.catalog import CatalogEntry, canonical_precision, weight_bytes
+from engine.models.hardware import GB
+
+Device = Literal["gpu", "unified", "cpu"]
+Fit = Literal["gpu", "unified", "cpu", "tight", "none"]
+FIT_ORDER: dict[str, int] = {"gpu": 0, "unified": 1, "cpu": 2, "tight": 3, "none": 4}
+
+# Resident memory of the runtime before any model: Python, torch, transformers and their shared
+# libraries, plus the model objects. Measured on Linux x86-64 with torch 2.13 CPU and
+# transformers 5.24: 246 MiB after the imports (168 anonymous + 78 of mapped libraries), ~40 MiB
+# more once a model object exists.
+RUNTIME_BYTES = 300 * 2**20
+# A fast (Rust) tokenizer's parsed vocabulary and merges: 225 MiB for the two Qwen2.5 tokenizers
+# (151,936 tokens each) measured here, ~780 bytes per vocabulary entry.
+TOKENIZER_BYTES_PER_TOKEN = 780
+# torch's CUDA context, cuBLAS workspaces and kernels: VRAM that no tensor accounts for.
+CUDA_CONTEXT_BYTES = 600 * 2**20
+# Headroom a fit keeps free, for the OS, other apps and allocator fragmentation: 10% of the
+# device's budget, at least 0.5 GB. Below that a model still loads but the fit is "tight".
+HEADROOM_FRACTION = 0.10
+HEADROOM_MIN = GB // 2
+# What is budgeted is memory that must stay resident: anonymous memory, and weights that every
+# step reads. Clean file-backed pages read once or rarely are not: the OS drops them under
+# pressure and reads them again. Two cases matter:
+# - Converting weights while loading (exact mode's fp32 from the stored bf16) reads each file
+#   once. Those pages show in peak RSS (10,861 MiB loading the default pair in fp32, 9,770 MiB
+#   once loaded) but need no memory of their own.
+# - On the CPU in the stored dtype the checkpoint stays memory-mapped, and an untied input
+#   embedding is read one row per token. Generating at 2k context, 598 of the default pair's
+#   705 MiB of input embeddings never became resident (3,993 of 4,591 MiB of weights were).
+# Checkpoints are stored in bf16 (the Hub's safetensors; the offline pair as converted).
+STORED_PRECISION = "bf16"
+# Longest verification pass the engine runs: k drafted tokens plus the target's own (k <= 8).
+MAX_VERIFY_ROWS = 9
+# Contexts tried, largest first, when recommending a context length.
+CONTEXT_LADDER = (131072, 65536, 32768, 16384, 8192, 4096, 2048)
+MIN_CONTEXT = 2048
+DEFAULT_CONTEXT = 4096
+
+
+def dtype_bytes(precision: str) -> float:
+    """Bytes per activation / K/V element. The engine's int8 target computes and caches in fp32
+    (engine.quant.quantize.to_int8_target), and so does its int4 one."""
+    return 4.0 if canonical_precision(precision) in ("fp32", "int8", "int4") else 2.0
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    weights: int
+    kv_cache: int
+    drafter: int
+    overhead: int
+    conservative: bool = False
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.drafter + self.overhead
+
+    def to_dict(self) -> dict[str, int]:
+        return {"weights": self.weights, "kv_cache": self.kv_cache, "drafter": self.drafter, "overhead": self.overhead}
+
+
+# -- estimating ------------------------------------------------------------------------------
+
+
+def activation_bytes(arch: Architecture, tokens: int, precision: str, device: Device) -> int:
+    """Peak activations of one forward pass over ``tokens`` tokens.
+
+    The peak is inside an MLP: gate and up projections and their product, T x intermediate each
+    in the activation dtype (3a bytes per element), plus on the CPU in 16-bit mode the fp32
+    output of the fast linear kernel before it is narrowed (4 more bytes); next to it the
+    residual stream and its normalized copy (2a) and RMSNorm's fp32 upcast (4) per hidden unit.
+    Attention on CPU and GPU uses fused SDPA kernels whose memory grows with T, not T^2.
+    Measured for Qwen2.5-Coder-1.5B, bf16, CPU: 93 MiB at 1,020 tokens; this gives 99 MiB."""
+    a = dtype_bytes(precision)
+    inter = arch.intermediate_size or 4 * arch.hidden_size
+    staging = 4 if device == "cpu" and a == 2 else 0
+    per_token = inter * (3 * a + staging) + arch.hidden_size * (2 * a + 4)
+    # Right after a prefill longer than the window, sliding layers still hold all of its K/V.
+    transient_kv = arch.prefill_kv_bytes(tokens, a) - arch.kv_bytes(tokens, a)
+    return int(tokens * per_token) + transient_kv
+
+
+def resident_weight_bytes(params: int, arch: Architecture | None, precision: str, device: Device) -> int:
+    """Weight bytes that must stay in memory (see STORED_PRECISION): all of them, except an
+    untied input embedding memory-mapped on the CPU."""
+    total = weight_bytes(params, precision)
+    mapped = device == "cpu" and canonical_precision(precision) == STORED_PRECISION
+    if mapped and arch is not None and not arch.tie_word_embeddings:
+        total -= weight_bytes(arch.vocab_size * arch.hidden_size, precision)
+    return total
+
+
+def int8_target_bytes(params: int, arch: Architecture | None, device: Device) -> int:
+    """Resident bytes of the engine's int8 target (engine/quant/quantize.py ``to_int8_target``): every
+    linear layer, the LM head included, as int8 with one fp32 scale per output row (about
+    4 / hidden_size bytes more per weight); the input embedding stays bf16, memory-mapped on the
+    CPU (a lookup reads one row per token) and copied to a GPU; norms and biases are noise."""
+    if arch is None:
+        return weight_bytes(params, "int8")
+    table = arch.vocab_size * arch.hidden_size
+    tables = 1 if arch.tie_word_embeddings else 2
+    linear = max(0, params - tables * table) + table  # decoder layers + the LM head
+    total = math.ceil(linear * (1 + 4 / arch.hidden_size))
+    if device != "cpu":
+        total += weight_bytes(table, STORED_PRECISION)
+    return total
+
+
+INT4_BYTES_PER_WEIGHT = 5 / 8  # 4-bit codes + an fp16 scale and offset per 32 (quantize.Int4Linear)
+
+
+def int4_target_bytes(params: int, arch: Architecture | None, device: Device) -> int:
+    """Resident bytes of the engine's int4 target (engine/quant/quantize.py ``to_int4_target``): every
+    linear layer, the LM head included, at half a byte per weight plus an fp16 scale and offset
+    per 32 (5 bits in all); the input embedding as for int8."""
+    if arch is None:
+        return math.ceil(params * INT4_BYTES_PER_WEIGHT)
+    table = arch.vocab_size * arch.hidden_size
+    tables = 1 if arch.tie_word_embeddings else 2
+    linear = max(0, params - tables * table) + table
+    total = math.ceil(linear * INT4_BYTES_PER_WEIGHT)
+    if device != "cpu":
+        total += weight_bytes(table, STORED_PRECISION)
+    return total
+
+
+def quantized_drafter_bytes(params: int, arch: Architecture | None, weights: str, device: Device) -> int:
+    """Resident bytes of the engine's int8 or int4 drafter (engine/quant/quantize.py): the decoder
+    layers' linears as int8 with fp32 row scales, or int4 at 5 bits a weight (as the int4
+    target's), the embedding and LM head left at bf16 (the head's rows are quantized only when a
+    reduced head is used, which is smaller still)."""
+    per_weight = 1.0 if weights == "int8" else INT4_BYTES_PER_WEIGHT
+    if arch is None:
+        return math.ceil(params * per_weight)
+    table = arch.vocab_size * arch.hidden_size
+    tables = 1 if arch.tie_word_embeddings else 2
+    layers = max(0, params - tables * table)
+    total = math.ceil(layers * per_weight) + weight_bytes(tables * table, STORED_PRECISION)
+    if device == "cpu" and tables == 2:
+        total -= weight_bytes(table, STORED_PRECISION)  # the input embedding stays memory-mapped
+    return total
+
+
+def _logits_bytes(vocab: int, precision: str) -> int:
+    # A verification pass returns k+1 rows of logits, upcast to fp32 for sampling.
+    return int(MAX_VERIFY_ROWS * vocab * (dtype_bytes(precision) + 4))
+
+
+def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int = DEFAULT_CONTEXT, device: Device = "cpu",
+                    drafter_weights: str | None = None) -> MemoryEstimate:
+    """Bytes needed to run ``entry`` with its drafter at ``context`` tokens on ``device``.
+    ``drafter_weights`` is the draft model's weight precision when it differs from the
+    target's (engine.models.loading.drafter_weights: "int8" or "int4" on CPUs with their kernels); None
+    budgets it at the target's precision, which is never smaller."""
+    if context < 1:
+        raise ValueError(f"context must be at least 1 token, not {context}")
+    precision = canonical_precision(precision)
+    a = dtype_bytes(precision)
+    target = entry.target_arch
+    if precision == "int8":
+        weights = int8_target_bytes(entry.target_params, target, device)
+    elif precision == "int4" and device == "cpu":  # the engine's int4 target (a CPU kernel)
+        weights = int4_target_bytes(entry.target_params, target, device)
+    else:
+        weights = resident_weight_bytes(entry.target_params, target, precision, device)
+    kv = target.kv_bytes(context, a)
+
+    drafter = 0
+    drafter_arch = entry.drafter_arch
+    activations = activation_bytes(target, context, precision, device)
+    vocabularies = [target.vocab_size]
+    if entry.drafter_kind == "draft_model":
+        if drafter_weights is not None and canonical_precision(drafter_weights) in ("int8", "int4"):
+            drafter = quantized_drafter_bytes(entry.drafter_params, drafter_arch, canonical_precision(drafter_weights), device)
+        else:
+            drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights or precision, device)
+        if drafter_arch is not None:
+            drafter += drafter_arch.kv_bytes(context, a)
+            # The drafter prefills the prompt after the target has, so the peaks don't add up.
+            activations = max(activations, activation_bytes(drafter_arch, context, precision, device))
+            vocabularies.append(drafter_arch.vocab_size)
+    elif entry.drafter_kind == "assistant":
+        drafter = entry.drafter_weight_bytes(precision)
+
+    overhead = activations + _logits_bytes(target.vocab_size, precision)
+    if device == "gpu":
+        overhead += CUDA_CONTEXT_BYTES  # the runtime itself lives in host RAM, not VRAM
+    else:
+        overhead += RUNTIME_BYTES + TOKENIZER_BYTES_PER_TOKEN * sum(vocabularies)
+    return MemoryEstimate(weights=weights, kv_cache=kv, drafter=drafter, overhead=overhead, conservative=entry.conservative)
+
+
+
+def human_bytes(n: int) -> str:
+    return f"{n / GB:.1f} GB" if n >= GB // 10 else f"{math.ceil(n / 2**20)} MB"

@@ -1,0 +1,1 @@
+"""A loaded target and drafter serving requests: plain text, chat, side by side, compare."""

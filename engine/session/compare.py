@@ -1,0 +1,51 @@
+"""Run plain and speculative decoding on the same prompt and compare them honestly."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from engine.core.events import Failed, Finished, PlainVsSpeculative
+from engine.core.settings import DecodeSettings
+from engine.decode.divergence import Divergence, explain_divergence
+from engine.session.session import DrafterKind, Session
+
+
+@dataclass(frozen=True)
+class Comparison(PlainVsSpeculative):
+    prompt_ids: tuple[int, ...]
+    plain: Finished
+    speculative: Finished
+    divergence: Divergence | None
+
+
+def drain(events, on_event: Callable | None = None) -> Finished:
+    for event in events:
+        if on_event:
+            on_event(event)
+        if isinstance(event, Failed):
+            raise RuntimeError(event.error)
+        if isinstance(event, Finished):
+            return event
+    raise RuntimeError("generation ended without a result")
+
+
+def warm_up(session: Session, drafter: DrafterKind = "model") -> None:
+    """Run both paths for a few tokens so one-time costs (first kernel calls, allocations) are
+    not billed to whichever run is timed first."""
+    ids = session.encode("Say hi.")
+    drain(session.plain(ids, DecodeSettings(max_new_tokens=4)))
+    drain(session.speculative(ids, DecodeSettings(max_new_tokens=4, draft_length=2), drafter))
+    # Its costs are the one-time ones: seeding the first real request with them could start
+    # that request with speculation off.
+    session.forget_costs()
+
+
+def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: DrafterKind = "model", on_event: Callable | None = None) -> Comparison:
+    warm_up(session, drafter)
+    prompt_ids = session.encode(prompt)
+    plain = drain(session.plain(prompt_ids, settings), on_event and (lambda e: on_event("plain", e)))
+    spec = drain(session.speculative(prompt_ids, settings, drafter), on_event and (lambda e: on_event("speculative", e)))
+    divergence = None
+    if plain.token_ids != spec.token_ids and settings.mode == "greedy":
+        divergence = explain_divergence(session.target.model, prompt_ids, list(plain.token_ids), list(spec.token_ids))
+    return Comparison(tuple(prompt_ids), plain, spec, divergence)

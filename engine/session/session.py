@@ -1,0 +1,176 @@
+"""A loaded target (and optional draft model) ready to serve requests.
+
+This is the engine's front door for the CLI and the app: it turns text or chat messages into
+prompt ids with the tokenizer's chat template and starts plain or speculative decoding.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal
+
+from engine.core.events import Event
+from engine.core.settings import DecodeSettings, DrafterOptions, Precision
+from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
+from engine.drafters import Drafter, DrafterMismatch, DraftModelDrafter, Gemma4AssistantDrafter, PromptLookupDrafter
+from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
+from engine.drafters.lookup_first import LookupFirstDrafter
+from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
+from engine.drafters.reduced_head import ReducedHead
+from engine.models.loading import LoadedModel, drafter_weights, load_model, read_config, same_vocabulary
+from engine.models.placement import check_fits, dtype_for, pick_device, weights_name
+from engine.models.runner import ModelRunner
+
+DrafterKind = Literal["model", "lookup", "mtp", "off"]
+
+__all__ = ["DrafterKind", "DrafterMismatch", "Session"]
+
+log = logging.getLogger(__name__)
+
+
+def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | None:
+    """The head a draft model drafts from: None keeps the model's own (full, same precision)."""
+    from engine.drafters.draft_vocab import load_subset
+
+    int8 = drafter.weights in ("int8", "int4")  # a quantized drafter keeps int8 head rows
+    if options.head == "full" and not int8:
+        return None
+    ids = load_subset(drafter.tokenizer, options.vocab_size) if options.head == "pruned" else None
+    return ReducedHead(drafter.model.get_output_embeddings().weight, ids, int8=int8)
+
+
+class Session:
+    def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None, drafter_options: DrafterOptions | None = None) -> None:
+        # A Gemma 4 assistant ships no tokenizer: it is checked against the target's config.
+        assistant = drafter is not None and is_assistant_config(drafter.model.config)
+        if drafter is not None and not assistant and not same_vocabulary(target.tokenizer, drafter.tokenizer):
+            raise DrafterMismatch(
+                f"{drafter.name} does not share {target.name}'s tokenizer; it cannot draft for it"
+            )
+        self.target = target
+        self.drafter_model = drafter
+        self.tokenizer = target.tokenizer
+        self.eos_ids = eos_token_ids(target.model, target.tokenizer)
+        self.drafter_options = drafter_options or DrafterOptions()
+        self._costs: dict[str, dict] = {}  # per drafter kind: what the last request measured
+        if assistant:
+            self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
+        elif drafter is not None:
+            self._model_drafter = DraftModelDrafter(drafter.model, drafter.name, head=draft_head(drafter, self.drafter_options),
+                                                    min_confidence=self.drafter_options.min_confidence)
+        else:
+            self._model_drafter = None
+        # Prompt lookup takes over from a draft model where the request copies itself.
+        self._drafting: Drafter | None = self._model_drafter
+        if isinstance(self._model_drafter, DraftModelDrafter) and self.drafter_options.lookup:
+            self._drafting = LookupFirstDrafter(self._model_drafter)
+        self._mtp_drafter: Drafter | None = None
+        #: Set when a requested drafter was replaced by another one; says why, for the user.
+        self.drafter_note: str | None = None
+
+    @classmethod
+    def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto",
+             drafter_options: DrafterOptions | None = None) -> "Session":
+        options = drafter_options or DrafterOptions()
+        dev = pick_device(device)
+        if dev.type != "cpu":  # both models together, before either is loaded
+            check_fits(Path(target_path), Path(drafter_path) if drafter_path else None, dtype_for(precision, dev), dev,
+                       weights=weights_name(precision, dev))
+        target = load_model(target_path, precision, str(dev), check_memory=False)
+        drafter = None
+        if drafter_path and is_assistant_config(read_config(drafter_path)):
+            from transformers import AutoConfig
+
+            # Refuse a mismatched assistant before loading its weights.
+            check_assistant_fits(target.model.config, AutoConfig.from_pretrained(drafter_path), target.name, Path(drafter_path).name)
+            drafter = load_model(drafter_path, precision, str(dev), role="drafter", with_tokenizer=False, check_memory=False)
+        elif drafter_path:
+            weights = drafter_weights(options.precision, precision, str(dev))
+            drafter = load_model(drafter_path, precision, str(dev), role="drafter", weights=weights, check_memory=False)
+        return cls(target, drafter, options)
+
+    @property
+    def model_drafter(self) -> DraftModelDrafter | None:
+        return self._model_drafter
+
+    @property
+    def precision(self) -> str:
+        import torch
+
+        if self.target.weights in ("int8", "int4"):
+            return self.target.weights
+        return "exact" if self.target.dtype == torch.float32 else "fast"
+
+    def encode(self, prompt: str | list[dict], chat: bool = True) -> list[int]:
+        """Prompt ids: chat messages (or a single user message) through the chat template when
+        the tokenizer has one; raw text otherwise."""
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise ValueError("the prompt is empty: type something to send")
+            messages = [{"role": "user", "content": prompt}]
+        else:
+            messages = prompt
+        if chat and getattr(self.tokenizer, "chat_template", None):
+            encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+            return list(encoded["input_ids"])
+        text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in messages)
+        return self.tokenizer(text)["input_ids"]
+
+    def drafter(self, kind: DrafterKind) -> Drafter | None:
+        if kind == "off":
+            return None
+        if kind == "lookup":
+            return PromptLookupDrafter()
+        if kind == "model":
+            if self._model_drafter is None:
+                raise ValueError("no draft model is loaded; use prompt lookup or load a drafter")
+            return self._drafting
+        if kind == "mtp":
+            return self._mtp()
+        raise ValueError(f"unknown drafter {kind!r}")
+
+    def _mtp(self) -> Drafter:
+        """The target's own MTP layers, loaded on first use; prompt lookup when it has none."""
+        if self._mtp_drafter is None:
+            support = inspect_mtp(self.target.model)
+            if support.usable:
+                self._mtp_drafter = MtpLayersDrafter(load_mtp_layers(self.target.model))
+            else:
+                self.drafter_note = f"{self.target.name} has no usable MTP drafter here ({support.reason}); using prompt lookup"
+                log.warning(self.drafter_note)
+                self._mtp_drafter = PromptLookupDrafter()
+        return self._mtp_drafter
+
+    def target_runner(self, drafter=None):
+        """A runner (KV cache) for one request: the side-by-side demo interleaves two requests.
+
+        A quantized (int8 / int4) CPU target runs one fused kernel call per decoder layer
+        (FusedRunner) where it can: its PyTorch modules cost ~50 small ops per layer, which was
+        ~20% of an int4 decode step. Every part of the fused layer is batch-invariant, so plain
+        and speculative decoding on it stay token-identical. Drafters that read the target's own
+        hidden states or K/V (``attach_target``) need transformers' cache: ModelRunner then."""
+        from engine.drafters import fused_runner
+
+        model = self.target.model
+        if (self.target.weights in ("int8", "int4") and getattr(drafter, "attach_target", None) is None
+                and fused_runner.worth_using(model)):
+            return fused_runner.FusedRunner(model)
+        return ModelRunner(model)
+
+    def plain(self, prompt_ids: list[int], settings: DecodeSettings, cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
+        return plain_decode(self.target_runner(), self.tokenizer, prompt_ids, settings, self.eos_ids, cancel)
+
+    def forget_costs(self) -> None:
+        """Drop what earlier requests measured (a warm-up's figures include one-time costs)."""
+        self._costs.clear()
+
+    def speculative(self, prompt_ids: list[int], settings: DecodeSettings, drafter: DrafterKind = "model", cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
+        chosen = self.drafter(drafter)
+        if chosen is None:
+            return self.plain(prompt_ids, settings, cancel)
+        # Costs measured by earlier requests with this drafter seed the draft length (see
+        # DraftLengthController's ``known``).
+        costs = self._costs.setdefault(drafter, {})
+        return speculative_decode(self.target_runner(chosen), chosen, self.tokenizer, prompt_ids, settings, self.eos_ids,
+                                  cancel, costs=costs)
