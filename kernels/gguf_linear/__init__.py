@@ -1,0 +1,100 @@
+"""Linear layers on a GGUF file's own quantized weights (Q4_0 .. Q8_0, Q4_K, Q5_K, Q6_K).
+
+Why: a GGUF model runs from the bytes in its file, memory-mapped, with no conversion at load
+and no second copy: the weights stay at 4.5-8.5 bits, and llama.cpp's recipe (inputs quantized
+to int8 per block, integer products, fp32 work per super-block) keeps a decode step bound by
+memory and a verification block cheap. reference.py is the specification; blocks.py decodes
+the formats (``dequantize`` is bit-identical to gguf-py's numpy one).
+
+    w = prepare(raw, qtype, n, k)          # raw: uint8 [N, row_bytes], e.g. a GGUFReader tensor
+    y = linear(x, w, bias)                 # x [..., K] -> [..., N]
+    rows = dequantize(raw[ids], qtype, len(ids), k)   # embedding rows, fp32
+
+The backend is chosen once, on first use (the compiled one is built then); ``use_backend(name)``
+overrides it (tests, benchmarks). A type the compiled backend does not cover runs on the
+reference.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels.backends import CpuBackends
+from kernels.gguf_linear import reference
+from kernels.gguf_linear.blocks import SUPPORTED_TYPES, T, check_raw, dequantize
+
+backends = CpuBackends("gguf_linear", reference, "gguf linear")
+
+
+@dataclass(frozen=True, eq=False)
+class GgufWeight:
+    """One [N, K] weight in GGUF's block layout, as the file holds it: ``raw`` [N, row_bytes]
+    uint8 is the file's own bytes where they came in contiguous (a memory-mapped tensor stays
+    mapped: nothing is copied or repacked)."""
+
+    raw: torch.Tensor
+    qtype: T
+    n: int
+    k: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.raw.numel()
+
+
+def prepare(raw: torch.Tensor, qtype, n: int, k: int) -> GgufWeight:
+    """raw uint8 [N, row_bytes] (a GGUF tensor's data) -> the weight ``linear`` takes."""
+    if not isinstance(raw, torch.Tensor):
+        raw = torch.as_tensor(raw)
+    if raw.dim() == 1:  # a flat buffer of n rows
+        raw = raw.reshape(n, -1)
+    check_raw(raw, qtype, n, k)
+    return GgufWeight(raw if raw.is_contiguous() else raw.contiguous(), T(qtype), int(n), int(k))
+
+
+def linear(x: torch.Tensor, w: GgufWeight, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """y = x @ W^T (+ bias) with x quantized per block as reference.py specifies; x [..., K] fp32
+    (or bf16) -> [..., N] in x's dtype."""
+    if x.shape[-1] != w.k:
+        raise ValueError(f"input width {x.shape[-1]} does not match the weight's {w.k}")
+    fast = backends.fast()
+    if fast is not None and w.qtype in fast.TYPES:
+        return fast.linear(x, w, bias)
+    return reference.linear(x, w.raw, w.qtype, w.n, w.k, bias)
+
+
+def available_backends() -> list[str]:
+    return backends.available()
+
+
+def active_backend() -> str:
+    return backends.active_name()
+
+
+def use_backend(name: str) -> None:
+    backends.use(name)
+
+
+def fast_types() -> tuple[T, ...]:
+    """The types the backend in use computes itself (the others run on the reference)."""
+    fast = backends.fast()
+    return tuple(t for t in SUPPORTED_TYPES if fast is not None and t in fast.TYPES)
+
+
+def backend_detail() -> str:
+    """" (AVX-512 VNNI)" where the compiled backend's tiles use it."""
+    if active_backend() != "cpu_avx2":
+        return ""
+    from kernels.gguf_linear import cpu_avx2
+
+    return " (AVX-512 VNNI)" if cpu_avx2.gguf_isa() == "avx512_vnni" else ""
+
+
+def backend_name() -> str:
+    """'gguf linear cpu_avx2 (AVX-512 VNNI)': the backend and tile set that run here."""
+    return f"gguf linear {active_backend()}{backend_detail()}"
+
+
+__all__ = ["SUPPORTED_TYPES", "GgufWeight", "active_backend", "available_backends", "backend_detail", "backend_name",
+           "dequantize", "fast_types", "linear", "prepare", "use_backend"]

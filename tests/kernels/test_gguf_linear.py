@@ -1,0 +1,131 @@
+"""GGUF-native linear: dequantize bit for bit as gguf-py's numpy reference (random blocks and the
+default pair's real tensors), the reference linear's contract, and every compiled tile set
+against the reference, bit for bit, for every supported type and 1..20 rows."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+from gguf import quants
+
+from kernels import gguf_linear
+from kernels.gguf_linear import blocks, reference
+
+TYPES = list(gguf_linear.SUPPORTED_TYPES)
+# Types gguf-py can quantize itself (it only dequantizes the K-quants).
+QUANTIZABLE = [T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0]
+# Where each type keeps its fp16 scales, by byte offset in a block.
+FP16_FIELDS = {T.Q4_0: (0,), T.Q5_0: (0,), T.Q8_0: (0,), T.Q4_1: (0, 2), T.Q5_1: (0, 2), T.Q4_K: (0, 2),
+               T.Q5_K: (0, 2), T.Q6_K: (208,)}
+
+
+def random_raw(qtype, n, k, seed, scale=0.01):
+    """Random bytes in every field, with finite fp16 scales (as a real file has)."""
+    rng = np.random.default_rng(seed)
+    values, size = blocks.block_shape(qtype)
+    raw = rng.integers(0, 256, size=(n, k // values, size), dtype=np.uint8)
+    for at in FP16_FIELDS[qtype]:
+        half = (rng.standard_normal(raw.shape[:2]) * scale).astype(np.float16)
+        raw[..., at:at + 2] = half.view(np.uint8).reshape(*raw.shape[:2], 2)
+    return torch.from_numpy(raw.reshape(n, -1))
+
+
+def bits_equal(a, b) -> bool:
+    a, b = np.ascontiguousarray(a, dtype=np.float32), np.ascontiguousarray(b, dtype=np.float32)
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_dequantize_random_blocks_bit_identical_to_gguf(qtype):
+    n, k = 9, blocks.block_shape(qtype)[0] * 5
+    raw = random_raw(qtype, n, k, seed=int(qtype))
+    want = quants.dequantize(raw.numpy(), qtype)
+    assert bits_equal(gguf_linear.dequantize(raw, qtype, n, k), want)
+
+
+@pytest.mark.parametrize("qtype", QUANTIZABLE, ids=lambda t: t.name)
+def test_dequantize_quantized_data_bit_identical_to_gguf(qtype):
+    data = np.random.default_rng(1).standard_normal((12, 256)).astype(np.float32)
+    data[3] = 0.0  # a zero block: scale 0
+    raw = quants.quantize(data, qtype)
+    got = gguf_linear.dequantize(torch.from_numpy(raw), qtype, 12, 256)
+    assert bits_equal(got, quants.dequantize(raw, qtype))
+    assert (got - torch.from_numpy(data)).abs().max() < 0.5  # and it is the data, roughly
+
+
+def _default_pair_ggufs() -> list[Path]:
+    # Resolved at import, before the per-test home isolation: the files are only read.
+    from engine.core.paths import cache_dir
+    from engine.models.default_pair import DRAFTER, TARGET
+
+    return [cache_dir() / "gguf" / spec.filename for spec in (TARGET, DRAFTER)]
+
+
+GGUFS = _default_pair_ggufs()
+
+
+@pytest.mark.slow  # ~20 s a file (gguf-py reads the metadata, the vocabulary included, in Python)
+@pytest.mark.parametrize("path", GGUFS, ids=lambda p: p.name)
+def test_dequantize_real_tensors_bit_identical_to_gguf(path):
+    """Every quantized tensor of the default pair's files (its first 48 rows: the decoding is
+    the same for every row, and the whole files would take minutes in numpy)."""
+    if not path.exists():
+        pytest.skip(f"{path.name} not downloaded")
+    import gguf
+
+    seen = set()
+    for tensor in gguf.GGUFReader(path).tensors:
+        if tensor.tensor_type not in gguf_linear.SUPPORTED_TYPES:
+            continue
+        rows = np.asarray(tensor.data[:48])
+        k = int(tensor.shape[0])
+        got = gguf_linear.dequantize(torch.from_numpy(rows.copy()), tensor.tensor_type, rows.shape[0], k)
+        assert bits_equal(got, quants.dequantize(rows, tensor.tensor_type)), tensor.name
+        seen.add(tensor.tensor_type)
+    assert seen  # the file has quantized tensors of supported types
+
+
+def test_prepare_checks_the_shape_and_keeps_the_bytes():
+    raw = random_raw(T.Q4_K, 4, 512, seed=0)
+    w = gguf_linear.prepare(raw, T.Q4_K, 4, 512)
+    assert w.raw.data_ptr() == raw.data_ptr() and w.qtype == T.Q4_K and (w.n, w.k) == (4, 512)
+    with pytest.raises(ValueError, match="needs raw uint8"):
+        gguf_linear.prepare(raw, T.Q4_K, 4, 768)
+    with pytest.raises(ValueError, match="multiples of 256"):
+        gguf_linear.prepare(raw, T.Q4_K, 4, 500)
+    with pytest.raises(ValueError, match="not supported"):
+        gguf_linear.prepare(raw, T.Q2_K, 4, 512)
+
+
+def test_input_quantization_contract():
+    x = torch.randn(3, 512, generator=torch.Generator().manual_seed(0))
+    x[1, 256:] = 0.0  # a zero block
+    xq, dx, xs = reference.quantize_input(x, 256)
+    assert xq.dtype == torch.int8 and dx.shape == (3, 2) and xs.shape == (3, 16)
+    assert int(xq.abs().max()) == 127 and dx[1, 1] == 0 and not xq[1, 256:].any()
+    assert torch.equal(xs, xq.reshape(3, 16, 32).sum(-1, dtype=torch.int32))
+    err = (xq.float() * dx.repeat_interleave(256, dim=1) - x).abs()
+    assert (err <= dx.repeat_interleave(256, dim=1) / 2 * 1.0001).all()  # within half a step
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_reference_is_close_to_the_dequantized_matmul(qtype):
+    """What quantizing the inputs costs: int8 per block stays within ~1% of the float matmul."""
+    n, k = 40, 1024
+    raw = random_raw(qtype, n, k, seed=5)
+    x = torch.randn(6, k, generator=torch.Generator().manual_seed(6))
+    exact = x.double() @ gguf_linear.dequantize(raw, qtype, n, k).double().t()
+    got = reference.linear(x, raw, qtype, n, k)
+    assert float((got.double() - exact).norm() / exact.norm()) < 0.02
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+def test_reference_rows_are_independent(qtype):
+    n, k = 12, 512
+    raw = random_raw(qtype, n, k, seed=7)
+    x = torch.randn(7, k, generator=torch.Generator().manual_seed(8))
+    b = torch.randn(n)
+    together = reference.linear(x, raw, qtype, n, k, b)
+    alone = torch.cat([reference.linear(x[i:i + 1], raw, qtype, n, k, b) for i in range(7)])
+    assert torch.equal(together, alone)
