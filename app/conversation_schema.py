@@ -1,0 +1,47 @@
+"""The schema of a conversation file, checked in full before anything uses it.
+
+Strict types (a number is not a string, a bool is not a number, NaN is not a time), roles from a
+fixed set, every content a string. Fields this version does not know are allowed and kept, so a
+file written by a newer Tandem still loads. A new field of ``Conversation`` belongs here too
+(tests/app/test_conversations.py checks the two agree).
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+ROLES = ("system", "user", "assistant")
+
+
+class SchemaError(ValueError):
+    """The file is JSON but not a conversation; the message names each bad field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
+
+
+class MessageSchema(_Strict):
+    role: Literal[ROLES]  # a tuple subscript is the same as listing the values
+    content: str
+    stats: str = ""  # the reply's speed line, shown under it
+
+
+class ConversationSchema(_Strict):
+    id: str | None = None  # optional: the file name is the id
+    title: str
+    created: float
+    updated: float
+    messages: list[MessageSchema]
+
+
+def validate(raw: object) -> dict:
+    """``raw`` itself when it is a valid conversation; raises SchemaError saying what is wrong."""
+    try:
+        ConversationSchema.model_validate(raw)
+    except ValidationError as exc:
+        problems = [f"{'.'.join(map(str, e['loc'])) or 'the file'}: {e['msg']}" for e in exc.errors()[:5]]
+        more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
+        raise SchemaError("; ".join(problems) + more) from None
+    return raw
