@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 from app import gui_gc, jobs
 from app.app_settings import AppSettings, Key
 from app.chat_view import ChatView
-from app.conversations import ConversationStore
+from app.conversations import ConversationStore, describe_set_aside
 from app.demo_view import DemoView
 from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, MachineReport, ModelLoaded, Progress
 from app.models_view import ModelsView, human_bytes
@@ -104,6 +104,10 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.models, "Models")
         self.tabs.addTab(self.demo, "Side by side")
         self.tabs.addTab(self.chat, "Chat")
+        # Conversation files the store set aside at start: said once, dismissible, never modal.
+        self.storage_notice = ErrorBanner()
+        self.storage_notice.setStyleSheet("background: #fef7e0; color: #7a5b00; border-radius: 4px;")
+        self.storage_notice.text.setTextFormat(Qt.TextFormat.PlainText)
 
         central = QWidget()
         col = QVBoxLayout(central)
@@ -115,6 +119,9 @@ class MainWindow(QMainWindow):
         header.addWidget(self.drafter_note)
         col.addLayout(header)
         col.addWidget(self.banner)
+        col.addWidget(self.storage_notice)
+        if notice := describe_set_aside(self.chat.store.set_aside):
+            self.storage_notice.show_error(notice)
         col.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
 
