@@ -12,6 +12,7 @@ import argparse
 import datetime
 import faulthandler
 import logging
+import logging.handlers
 import sys
 import traceback
 from pathlib import Path
@@ -39,32 +40,59 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def setup_logging() -> Path:
+# The log files' caps: a long-running app must never fill the disk with them.
+LOG_MAX_BYTES = 5 * 1024 * 1024
+LOG_BACKUPS = 3  # tandem.log.1 .. .3: 20 MB in all at most
+CRASH_LOG_MAX_BYTES = 1024 * 1024  # crash.log, plus the one before it as crash.log.1
+
+
+def setup_logging() -> Path | None:
+    """tandem.log (rotating), stderr, and crash.log; the log file's path, None when it cannot be
+    written (a read-only or full disk never stops the app: it logs to stderr only then)."""
     from engine.core.paths import log_dir
 
     directory = log_dir()
-    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "tandem.log"
-    handlers = [logging.FileHandler(path, encoding="utf-8")]
+    handlers: list[logging.Handler] = []
+    crash = unwritable = None
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.handlers.RotatingFileHandler(path, maxBytes=LOG_MAX_BYTES, backupCount=LOG_BACKUPS,
+                                                             encoding="utf-8"))
+        crash = _open_crash_log(directory / "crash.log")
+    except OSError as exc:
+        unwritable = exc
     if sys.stderr is not None:  # None in a windowed (console-less) packaged build on Windows/macOS
         handlers.append(logging.StreamHandler(sys.stderr))
     logging.basicConfig(
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s",
-        handlers=handlers,
+        handlers=handlers or [logging.NullHandler()],
     )
-    crash = open(directory / "crash.log", "a", encoding="utf-8")  # noqa: SIM115 (lives as long as the app)
-    faulthandler.enable(crash)  # a hard crash (segfault) still leaves a readable trace
+    if unwritable is not None:
+        logging.getLogger("tandem").warning("cannot write the log files in %s (%s): logging to stderr only",
+                                            directory, unwritable)
+    if crash is not None or sys.stderr is not None:
+        faulthandler.enable(crash or sys.stderr)  # a hard crash (segfault) still leaves a readable trace
 
     def log_uncaught(kind, value, tb) -> None:
         text = "".join(traceback.format_exception(kind, value, tb))
         logging.getLogger("tandem").critical("uncaught error:\n%s", text)
-        # crash.log too: the one file to ask a user for, whether Python or the process died
-        crash.write(f"{datetime.datetime.now().isoformat(timespec='seconds')} uncaught error:\n{text}\n")
-        crash.flush()
+        # crash.log too: the one file to ask a user for, whether Python or the process died. An
+        # error repeating in a loop stops here at the cap; the rotating log still has every one.
+        if crash is not None and crash.tell() < CRASH_LOG_MAX_BYTES:
+            crash.write(f"{datetime.datetime.now().isoformat(timespec='seconds')} uncaught error:\n{text}\n")
+            crash.flush()
 
     sys.excepthook = log_uncaught
-    return path
+    return None if unwritable else path
+
+
+def _open_crash_log(path: Path):
+    """crash.log for appending; one over its cap becomes crash.log.1 first (replacing the older one)."""
+    if path.exists() and path.stat().st_size > CRASH_LOG_MAX_BYTES:
+        path.replace(path.with_name(path.name + ".1"))
+    return open(path, "a", encoding="utf-8")  # noqa: SIM115 (lives as long as the app)
 
 
 def main(argv=None) -> int:
