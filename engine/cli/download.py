@@ -43,12 +43,17 @@ def run(args) -> int:
         DownloadFinished,
         DownloadProgress,
         DownloadStarted,
+        HubError,
         download_events,
         plan_download,
     )
 
-    plan = plan_download(args.model, drafter=not args.no_drafter, precision=args.precision,
-                         drafter_repo=args.drafter, cross_tokenizer=args.cross_tokenizer, revision=args.revision)
+    try:  # the revision, the repo and everything the Hub answers are checked here
+        plan = plan_download(args.model, drafter=not args.no_drafter, precision=args.precision,
+                             drafter_repo=args.drafter, cross_tokenizer=args.cross_tokenizer, revision=args.revision)
+    except HubError as exc:
+        print(f"tandem: error ({exc.kind}): {exc}", file=sys.stderr)
+        return 1
     bar = _DownloadBar()
     print(f"target:  {plan.target.repo} ({len(plan.target.files)} files, {human_size(plan.target.size)})"
           + (" - installed" if plan.target.installed else ""), file=sys.stderr)

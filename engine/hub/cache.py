@@ -11,6 +11,10 @@ huggingface_hub's cache scanner never meets foreign files): a marker written onl
 file of a model was checked against the size and hash the Hub published. The marker records
 each file's size and mtime, so a later check is a few ``stat`` calls, and a file replaced or
 truncated since then makes the model not installed again.
+
+Every path is built here, from names checked first (``engine.hub.safe_names``: a commit id, a
+blob hash, a relative repo path, a revision) and then resolved and refused if it leads outside
+its root: what the Hub answers never names a file outside the cache.
 """
 from __future__ import annotations
 
@@ -24,6 +28,14 @@ from urllib.parse import quote
 
 from engine.core.paths import cache_dir as tandem_cache_dir
 from engine.hub.files import HubFile
+from engine.hub.safe_names import (
+    UnsafeName,
+    blob_hash,
+    commit_id,
+    repo_file_path,
+    within,
+)
+from engine.hub.safe_names import revision as checked_revision
 
 log = logging.getLogger(__name__)
 MARKER_VERSION = 1
@@ -47,36 +59,38 @@ def repo_folder(repo: str) -> str:
 
 
 def storage_dir(cache: Path, repo: str) -> Path:
-    return cache / repo_folder(repo)
+    return within(cache, cache / repo_folder(repo))
 
 
 def blob_path(cache: Path, repo: str, etag: str) -> Path:
-    return storage_dir(cache, repo) / "blobs" / etag
+    return within(cache, storage_dir(cache, repo) / "blobs" / blob_hash(etag, repo))
 
 
 def partial_path(cache: Path, repo: str, etag: str) -> Path:
     # The name huggingface_hub < 1.x also used for its resumable partial downloads.
-    return blob_path(cache, repo, etag).with_name(f"{etag}.incomplete")
+    return within(cache, blob_path(cache, repo, etag).with_name(f"{etag}.incomplete"))
 
 
 def lock_path(cache: Path, repo: str, etag: str) -> Path:
     # Same lock file as huggingface_hub's, so it and Tandem never write one blob at once.
-    return cache / ".locks" / repo_folder(repo) / f"{etag}.lock"
+    return within(cache, cache / ".locks" / repo_folder(repo) / f"{blob_hash(etag, repo)}.lock")
 
 
 def snapshot_dir(cache: Path, repo: str, commit: str, subfolder: str | None = None) -> Path:
-    path = storage_dir(cache, repo) / "snapshots" / commit
-    return path / subfolder if subfolder else path
+    path = storage_dir(cache, repo) / "snapshots" / commit_id(commit, repo)
+    return within(cache, path / repo_file_path(subfolder, repo) if subfolder else path)
 
 
 def pointer_path(cache: Path, repo: str, commit: str, file_path: str) -> Path:
-    return snapshot_dir(cache, repo, commit).joinpath(*file_path.split("/"))
+    path = snapshot_dir(cache, repo, commit).joinpath(*repo_file_path(file_path, repo).split("/"))
+    return within(cache, path)
 
 
 def write_ref(cache: Path, repo: str, revision: str, commit: str) -> None:
+    commit_id(commit, repo)
     if revision == commit:
         return
-    ref = storage_dir(cache, repo) / "refs" / revision
+    ref = within(cache, storage_dir(cache, repo) / "refs" / checked_revision(revision, repo))
     ref.parent.mkdir(parents=True, exist_ok=True)
     tmp = ref.with_name(ref.name + ".tandem-tmp")
     tmp.write_text(commit)
@@ -110,7 +124,8 @@ class InstalledModel:
 
 def _marker_path(repo: str, subfolder: str | None, revision: str) -> Path:
     name = repo_folder(repo) + (f"--{subfolder}" if subfolder else "") + "@" + quote(revision, safe="")
-    return tandem_cache_dir() / "hub" / "installed" / f"{name}.json"
+    root = tandem_cache_dir() / "hub" / "installed"
+    return within(root, root / f"{name}.json")
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -143,6 +158,14 @@ def read_installed(repo: str, subfolder: str | None = None, revision: str = "mai
     """The verified model for (repo, subfolder, revision) in the current Hub cache, or None if
     it was never verified or any of its files is missing or changed since. ``precision``
     (a weight variant, None for the default weights) must match unless left at ANY_PRECISION."""
+    try:
+        return _read_marker(repo, subfolder, revision, precision)
+    except UnsafeName as exc:  # a marker edited by hand, or written before names were checked
+        log.warning("%s: ignoring its installed marker: %s", repo, exc)
+        return None
+
+
+def _read_marker(repo: str, subfolder: str | None, revision: str, precision: str | None) -> InstalledModel | None:
     marker = _marker_path(repo, subfolder, revision)
     try:
         data = json.loads(marker.read_text())
@@ -177,7 +200,8 @@ def is_installed(repo: str, revision: str = "main", subfolder: str | None = None
 # --- verified blobs --------------------------------------------------------------------------
 
 def _verified_path(repo: str, etag: str) -> Path:
-    return tandem_cache_dir() / "hub" / "verified" / repo_folder(repo) / etag
+    root = tandem_cache_dir() / "hub" / "verified"
+    return within(root, root / repo_folder(repo) / blob_hash(etag, repo))
 
 
 def _blob_stamp(blob: Path) -> str:
@@ -203,7 +227,8 @@ def blob_verified(cache: Path, repo: str, etag: str) -> bool:
 # --- remembered pairings ---------------------------------------------------------------------
 
 def _pair_path(target_repo: str) -> Path:
-    return tandem_cache_dir() / "hub" / "pairs" / f"{repo_folder(target_repo)}.json"
+    root = tandem_cache_dir() / "hub" / "pairs"
+    return within(root, root / f"{repo_folder(target_repo)}.json")
 
 
 def remember_pair(target_repo: str, drafter_repo: str, subfolder: str | None, kind: str) -> None:

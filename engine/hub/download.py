@@ -36,7 +36,15 @@ from engine.hub.events import (
     FailureKind,
 )
 from engine.hub.files import HubFile
-from engine.hub.plan import DownloadPlan, HubError, RepoDownload, disk_free_bytes, hub_error, plan_download
+from engine.hub.plan import (
+    DownloadPlan,
+    HubError,
+    RepoDownload,
+    disk_free_bytes,
+    hub_error,
+    plan_download,
+)
+from engine.hub.safe_names import UnsafeName
 from engine.hub.transfer import (
     Progress,
     Transfer,
@@ -132,7 +140,11 @@ def download_events(plan: DownloadPlan, cancel: threading.Event, *,
     bytes fetched so far stay on disk and the next call resumes from them. ``free_bytes`` tells
     the free space at a path (replaceable for tests)."""
     started = time.monotonic()
-    progress = Progress(done=_bytes_present(plan))
+    try:
+        progress = Progress(done=_bytes_present(plan))
+    except UnsafeName as exc:  # a plan built by hand, past plan_download's checks
+        yield DownloadFailed(str(exc), "unsafe")
+        return
     missing = plan.total_bytes - progress.done
     free = free_bytes(plan.cache)
     if missing > 0 and missing + DISK_HEADROOM > free:

@@ -1,7 +1,8 @@
 """Which files of a Hub repo Tandem needs, and where a drafter may sit inside a repo.
 
 Pure functions over a repo's file listing (as the Hub's model-info endpoint reports it), so the
-rules are testable without a server. Only what loading needs is fetched: config, generation
+rules are testable without a server. The listing is checked as it is read
+(``files_from_listing``): its names become paths in the cache. Only what loading needs is fetched: config, generation
 config, tokenizer, and one set of weights -- safetensors when the repo has them, other formats
 (PyTorch .bin, GGUF) only when that is all there is. Repos often carry several copies of the
 weights (ONNX, GGUF quantizations, "original/" checkpoints); fetching them all would multiply
@@ -12,6 +13,14 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+
+from engine.hub.safe_names import (
+    GIT_SHA1,
+    SHA256,
+    UnsafeName,
+    blob_hash,
+    repo_file_path,
+)
 
 CONFIG_FILES = frozenset({"config.json", "generation_config.json"})
 TOKENIZER_FILES = frozenset({
@@ -68,6 +77,31 @@ class HubFile:
 
 class NoUsableWeights(ValueError):
     pass
+
+
+def byte_count(value: object, repo: str, path: str) -> int:
+    """A size the Hub reported, checked; -1 when it reported none."""
+    if value is None:
+        return -1  # unknown: asked with a HEAD request later
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise UnsafeName(f"{repo}/{path}: the Hub listed {value!r} as its size, which is not a byte count.")
+
+
+def files_from_listing(siblings, repo: str) -> tuple[HubFile, ...]:
+    """A listing's files with every server-supplied name checked: file paths (they name files
+    in the snapshot) and hashes (they name blobs). One bad name refuses the whole listing:
+    the Hub itself cannot produce one, so the server is broken or hostile."""
+    files = []
+    for s in siblings:
+        path = repo_file_path(s.rfilename, repo)
+        if s.lfs is not None:
+            sha256 = blob_hash(s.lfs.sha256, repo, path, "LFS sha256", SHA256)
+            files.append(HubFile(path, byte_count(s.lfs.size, repo, path), sha256=sha256))
+        else:
+            blob_id = None if s.blob_id is None else blob_hash(s.blob_id, repo, path, "git blob id", GIT_SHA1)
+            files.append(HubFile(path, byte_count(s.size, repo, path), git_sha1=blob_id))
+    return tuple(files)
 
 
 def _in_folder(files: Iterable[HubFile], subfolder: str | None) -> list[HubFile]:

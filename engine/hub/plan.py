@@ -20,11 +20,22 @@ from engine.hub.cache import hub_cache_dir, read_installed, snapshot_dir
 from engine.hub.events import (
     FailureKind,
 )
-from engine.hub.files import DEFAULT_PRECISIONS, HubFile, NoUsableWeights, find_sidecar, select_files
+from engine.hub.files import (
+    DEFAULT_PRECISIONS,
+    HubFile,
+    NoUsableWeights,
+    byte_count,
+    files_from_listing,
+    find_sidecar,
+    select_files,
+)
+from engine.hub.safe_names import COMMIT, UnsafeName, commit_id
+from engine.hub.safe_names import revision as checked_revision
 from engine.hub.transfer import (
     METADATA_TIMEOUT_S,
     IntegrityError,
     Stopped,
+    TransferFailed,
     transport_errors,
 )
 
@@ -144,8 +155,12 @@ def hub_error(exc: BaseException, repo: str, endpoint: str) -> HubError:
         return exc
     if isinstance(exc, Stopped):
         return HubError(f"download of {repo} cancelled; run it again to resume where it stopped", "cancelled")
+    if isinstance(exc, UnsafeName):
+        return HubError(str(exc), "unsafe")
     if isinstance(exc, IntegrityError):
         return HubError(str(exc), "corrupt")
+    if isinstance(exc, TransferFailed):
+        return HubError(str(exc), "network")
     if isinstance(exc, NoUsableWeights):
         return HubError(f"{repo}: {exc}", "not_found")
     if isinstance(exc, HFValidationError):
@@ -223,13 +238,8 @@ class _Planner:
             validate_repo_id(repo)
             info = HfApi(endpoint=self.endpoint, token=self.token).model_info(
                 repo, revision=revision, files_metadata=True, timeout=METADATA_TIMEOUT_S)
-            files = []
-            for s in info.siblings or []:
-                if s.lfs is not None:
-                    files.append(HubFile(s.rfilename, s.lfs.size, sha256=s.lfs.sha256))
-                else:
-                    files.append(HubFile(s.rfilename, s.size if s.size is not None else -1, git_sha1=s.blob_id))
-            self._listings[key] = (info.sha or revision, tuple(files), info.gated)
+            commit = _listed_commit(info.sha, repo, revision)
+            self._listings[key] = (commit, files_from_listing(info.siblings or [], repo), info.gated)
         return self._listings[key]
 
     def exists(self, repo: str) -> bool:
@@ -258,7 +268,7 @@ class _Planner:
             if f.size < 0:
                 meta = get_hf_file_metadata(hf_hub_url(repo, f.path, revision=commit, endpoint=self.endpoint),
                                             token=self.token, timeout=METADATA_TIMEOUT_S, endpoint=self.endpoint)
-                f = HubFile(f.path, meta.size or 0, f.sha256, f.git_sha1)
+                f = HubFile(f.path, max(byte_count(meta.size, repo, f.path), 0), f.sha256, f.git_sha1)
             filled.append(f)
         return tuple(filled)
 
@@ -272,6 +282,15 @@ class _Planner:
         if gated:
             self._check_access(repo, commit, files[0])
         return RepoDownload(repo, revision, commit, subfolder, files, precision)
+
+
+def _listed_commit(sha: object, repo: str, revision: str) -> str:
+    """The commit a listing reports, checked: it names the snapshot folder, and a commit asked
+    for by id must be the one answered."""
+    commit = commit_id(sha, repo)
+    if COMMIT.fullmatch(revision) and commit != revision:
+        raise UnsafeName(f"{repo}: asked for commit {revision} but the Hub answered commit {commit}; refusing it.")
+    return commit
 
 
 def _choose_drafter(planner: _Planner, target: RepoDownload, entry, drafter_repo: str | None
@@ -328,6 +347,7 @@ def plan_download(repo_or_id: str, drafter: bool = True, precision: str | None =
     planner = _Planner(endpoint, cache, token)
     current = target_repo
     try:
+        revision = checked_revision(revision, target_repo)  # it names refs/<revision>: checked before anything
         target = planner.unit(target_repo, revision, None, precision)
         d_repo, d_sub, kind, source = (None, None, None, "none")
         if drafter:

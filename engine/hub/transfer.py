@@ -10,6 +10,11 @@ continued with an HTTP Range request. The bytes are hashed as they arrive and co
 sha256 (LFS files) or git blob id (regular files) that the Hub publishes; only a file that
 matches is renamed to its final blob name, so nothing half-written is ever visible as a file.
 
+The server is not trusted further than the hashes: an ETag must be a hash before it names a
+blob (``engine.hub.safe_names``), a body is never written past the size the listing declared
+(a longer one is refused and its partial file deleted), a resume must continue at the byte
+asked for, and a server that stops sending times out and is resumed.
+
 Runs on a worker thread; ``stop`` is checked between chunks (the generator that drives the
 worker does not wait for it: see engine.hub.download).
 """
@@ -35,6 +40,13 @@ from engine.hub.cache import (
     pointer_path,
 )
 from engine.hub.files import HubFile
+from engine.hub.responses import (
+    BodyTooLong,
+    IntegrityError,
+    check_announced_length,
+    check_resumed_range,
+)
+from engine.hub.safe_names import blob_hash
 
 log = logging.getLogger(__name__)
 HASH_BLOCK = 4 << 20
@@ -47,17 +59,21 @@ class Stopped(Exception):
     """The caller asked to stop; the partial file is kept for a later resume."""
 
 
-class IntegrityError(Exception):
-    """The bytes do not match the size or hash the Hub published."""
+class TransferFailed(Exception):
+    """The connection kept failing or stalling for one file; its partial file is kept."""
 
 
-def transport_errors() -> tuple[type[BaseException], ...]:
-    """The HTTP client's connection-level errors (huggingface_hub 2.x uses httpx2, 1.x httpx)."""
+def _http():
     try:
         import httpx2 as http
     except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
         import httpx as http
-    return (http.TransportError,)
+    return http
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """The HTTP client's connection-level errors (huggingface_hub 2.x uses httpx2, 1.x httpx)."""
+    return (_http().TransportError,)
 
 
 @dataclass
@@ -105,7 +121,7 @@ class Transfer:
     token: str | bool | None
     stop: threading.Event
     progress: Progress = field(default_factory=Progress)
-    retries: int = RETRIES
+    retries: int = field(default_factory=lambda: RETRIES)  # read when made, so a test may lower it
 
 
 def expected_digest(f: HubFile) -> str | None:
@@ -215,6 +231,7 @@ def _download(t: Transfer, repo: str, commit: str, f: HubFile, pointer: Path, co
     etag = meta.etag or f.etag
     if not etag:
         raise IntegrityError(f"{repo}/{f.path}: the Hub sent no ETag for it")
+    etag = blob_hash(etag, repo, f.path, "ETag")  # it names the blob: a hash, never a path
     if meta.size is not None and meta.size != f.size:
         raise IntegrityError(f"{repo}/{f.path}: the Hub reports {meta.size:,} bytes but listed {f.size:,}")
     if f.etag and etag != f.etag:
@@ -230,7 +247,7 @@ def _download(t: Transfer, repo: str, commit: str, f: HubFile, pointer: Path, co
     with _locked(lock_path(t.cache, repo, etag), t.stop):
         if not blob.exists():  # another process may have finished it while we waited
             blob.parent.mkdir(parents=True, exist_ok=True)
-            digest = _stream_with_retries(t, location, headers, partial, f, count)
+            digest = _stream_with_retries(t, location, headers, partial, f, count, f"{repo}/{f.path}")
             if not _matches(digest, f):
                 partial.unlink(missing_ok=True)
                 count.set(0)
@@ -253,7 +270,8 @@ def _download(t: Transfer, repo: str, commit: str, f: HubFile, pointer: Path, co
     return pointer
 
 
-def _stream_with_retries(t: Transfer, url: str, headers: dict, partial: Path, f: HubFile, count: _FileCount) -> _Digest:
+def _stream_with_retries(t: Transfer, url: str, headers: dict, partial: Path, f: HubFile, count: _FileCount,
+                         label: str) -> _Digest:
     digest: _Digest | None = None
     failures = 0
     while True:
@@ -270,7 +288,7 @@ def _stream_with_retries(t: Transfer, url: str, headers: dict, partial: Path, f:
             return digest
         before = digest.length
         try:
-            _get(t, url, headers, partial, f, digest, count)
+            _get(t, url, headers, partial, f, digest, count, label)
             return digest
         except Exception as exc:
             if not _retryable(exc):
@@ -279,11 +297,23 @@ def _stream_with_retries(t: Transfer, url: str, headers: dict, partial: Path, f:
             # times, and each resume that got data further is progress.
             failures = 1 if digest.length > before else failures + 1
             if failures > t.retries:
+                if isinstance(exc, transport_errors()):
+                    raise TransferFailed(_gave_up(exc, label, failures, partial, f)) from exc
                 raise
             wait = min(4.0, 0.5 * 2 ** (failures - 1))
             log.warning("%s: %s; resuming in %.1fs (attempt %d of %d)", f.path, exc, wait, failures + 1, t.retries + 1)
             if t.stop.wait(wait):
                 raise Stopped() from None
+
+
+def _gave_up(exc: Exception, label: str, failures: int, partial: Path, f: HubFile) -> str:
+    kept = partial.stat().st_size if partial.exists() else 0
+    if isinstance(exc, _http().TimeoutException):
+        why = f"the server stopped sending (no data for {READ_TIMEOUT_S:g} s"
+    else:
+        why = f"the connection failed ({type(exc).__name__}: {exc}"
+    return (f"{label}: {why}, {failures} times in a row). {kept:,} of {f.size:,} bytes are kept;"
+            " run the download again to resume from there.")
 
 
 def _retryable(exc: Exception) -> bool:
@@ -296,7 +326,8 @@ def _retryable(exc: Exception) -> bool:
     return status in (408, 429, 500, 502, 503, 504)
 
 
-def _get(t: Transfer, url: str, headers: dict, partial: Path, f: HubFile, digest: _Digest, count: _FileCount) -> None:
+def _get(t: Transfer, url: str, headers: dict, partial: Path, f: HubFile, digest: _Digest, count: _FileCount,
+         label: str) -> None:
     from huggingface_hub.utils import get_session, hf_raise_for_status
 
     resume = digest.length
@@ -314,10 +345,25 @@ def _get(t: Transfer, url: str, headers: dict, partial: Path, f: HubFile, digest
             digest.hasher, digest.length = _new_digest(f).hasher, 0
             count.set(0)
             mode = "wb"
-        with open(partial, mode) as out:
-            for chunk in response.iter_bytes():
-                if t.stop.is_set():
-                    raise Stopped()
-                out.write(chunk)
-                digest.update(chunk)
-                count.add(len(chunk))
+        elif resume:
+            check_resumed_range(response.headers.get("Content-Range"), resume, f, label)
+        try:
+            room = f.size - digest.length  # what the file still lacks: never write past it
+            check_announced_length(response.headers, room, f, label)
+            with open(partial, mode) as out:
+                for chunk in response.iter_bytes():
+                    if t.stop.is_set():
+                        raise Stopped()
+                    if len(chunk) > room:
+                        raise BodyTooLong(
+                            f"{label}: the server sent a body longer than the file's declared size of {f.size:,} bytes;"
+                            " stopped there and deleted the partial copy. Downloading again fetches it afresh.")
+                    out.write(chunk)
+                    room -= len(chunk)
+                    digest.update(chunk)
+                    count.add(len(chunk))
+        except BodyTooLong:
+            partial.unlink(missing_ok=True)
+            count.set(0)
+            raise
+

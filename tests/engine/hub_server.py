@@ -15,6 +15,11 @@ It implements what huggingface_hub (2.4) calls when it lists and downloads a mod
 Knobs for failure tests: a bandwidth limit, dropping the connection once after N bytes of a
 file, serving corrupted bytes, a token required by gated repos. Every request is logged
 (method, path, Range, status, bytes sent).
+
+Hostile or broken modes (a mirror or a man in the middle must not be able to harm the client):
+any revision answered with the repo's commit, a commit id (``sha``) or a file name that is a
+path, ETags and listed hashes that are paths, a body that runs past its declared size (with or
+without a Content-Length that admits it), and a body that stops arriving (a stall).
 """
 from __future__ import annotations
 
@@ -64,6 +69,16 @@ class ServedRepo:
     gated: bool = False
 
 
+@dataclass
+class Stall:
+    """Send the file's bytes up to offset ``after_bytes``, then nothing until released (or
+    ``hold_s`` passed), for the next ``times`` requests of that file."""
+
+    after_bytes: int
+    times: int = 1
+    hold_s: float = 30.0
+
+
 @dataclass(frozen=True)
 class Logged:
     method: str
@@ -84,9 +99,18 @@ class FakeHub:
     corrupt: set[str] = field(default_factory=set)    # sha256 of files served with one byte flipped
     repos: dict[str, ServedRepo] = field(default_factory=dict)
     log: list[Logged] = field(default_factory=list)
+    # --- hostile or broken modes ---
+    any_revision: bool = False                        # answer every revision with the repo's commit
+    etag_as: dict[str, str] = field(default_factory=dict)         # sha256 -> ETag sent instead of the real one
+    listed_hash_as: dict[str, str] = field(default_factory=dict)  # sha256 -> hash the listing publishes instead
+    overlong: dict[str, tuple[int, bool]] = field(default_factory=dict)  # sha256 -> (extra bytes, Content-Length admits them)
+    endless: set[str] = field(default_factory=set)    # sha256 of files whose body never ends (no Content-Length)
+    endless_cap: int = 64 << 20                       # ...well, ends after this many bytes, so a broken client cannot fill the disk
+    stalls: dict[str, Stall] = field(default_factory=dict)  # sha256 -> stall its next bodies
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._release = threading.Event()
         self._sending = 0
         self._servers: list[ThreadingHTTPServer] = []
         self.url = self.cdn_url = ""
@@ -117,6 +141,41 @@ class FakeHub:
 
     def drop_file_once(self, repo_id: str, path: str, after_bytes: int) -> None:
         self.drop_once[self.file(repo_id, path).sha256] = after_bytes
+
+    def serve_commit_as(self, repo_id: str, sha: str) -> None:
+        """The model-info endpoint reports ``sha`` as the commit (and resolve accepts it)."""
+        self.repos[repo_id].commit = sha
+
+    def send_etag_as(self, repo_id: str, path: str, etag: str) -> None:
+        self.etag_as[self.file(repo_id, path).sha256] = etag
+
+    def list_hash_as(self, repo_id: str, path: str, value: str) -> None:
+        self.listed_hash_as[self.file(repo_id, path).sha256] = value
+
+    def send_overlong(self, repo_id: str, path: str, extra: int, declared: bool) -> None:
+        self.overlong[self.file(repo_id, path).sha256] = (extra, declared)
+
+    def send_endless(self, repo_id: str, path: str) -> None:
+        self.endless.add(self.file(repo_id, path).sha256)
+
+    def stall_file(self, repo_id: str, path: str, after_bytes: int, times: int = 1) -> None:
+        self.stalls[self.file(repo_id, path).sha256] = Stall(after_bytes, times)
+        self._release.clear()
+
+    def release_stalls(self) -> None:
+        """Let every stalled body end (the connection is closed without the rest)."""
+        self.stalls.clear()
+        self._release.set()
+
+    def _take_stall(self, sha: str) -> Stall | None:
+        with self._lock:
+            stall = self.stalls.get(sha)
+            if stall is None:
+                return None
+            stall.times -= 1
+            if stall.times <= 0:
+                del self.stalls[sha]
+            return stall
 
     def _by_sha(self, sha: str) -> tuple[str, ServedFile] | None:
         for repo in self.repos.values():
@@ -161,6 +220,7 @@ class FakeHub:
         return self
 
     def close(self) -> None:
+        self._release.set()
         for server in self._servers:
             server.shutdown()
             server.server_close()
@@ -231,7 +291,7 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             if repo is None:
                 self._error(404, "RepoNotFound", "Repository not found", head)
                 return None
-            if rev not in ("main", repo.commit):
+            if rev not in ("main", repo.commit) and not hub.any_revision:
                 self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}", head)
                 return None
             return repo
@@ -244,12 +304,14 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 return self._log("api", repo_id, None, 404)
             siblings = []
             for f in repo.files.values():
-                entry = {"rfilename": f.path, "size": len(f.pointer if f.lfs else f.data), "blobId": f.blob_id}
+                listed = hub.listed_hash_as.get(f.sha256)
+                entry = {"rfilename": f.path, "size": len(f.pointer if f.lfs else f.data),
+                         "blobId": f.blob_id if listed is None or f.lfs else listed}
                 if f.lfs:
                     entry["size"] = len(f.data)
-                    entry["lfs"] = {"sha256": f.sha256, "size": len(f.data), "pointerSize": len(f.pointer)}
+                    entry["lfs"] = {"sha256": listed or f.sha256, "size": len(f.data), "pointerSize": len(f.pointer)}
                 siblings.append(entry)
-            info = {"_id": repo.commit[:24], "id": repo.repo_id, "modelId": repo.repo_id, "sha": repo.commit,
+            info = {"_id": str(repo.commit)[:24], "id": repo.repo_id, "modelId": repo.repo_id, "sha": repo.commit,
                     "private": False, "disabled": False, "gated": "auto" if repo.gated else False,
                     "tags": [], "siblings": siblings}
             self._reply(200, {"Content-Type": "application/json"}, json.dumps(info).encode(), head)
@@ -269,12 +331,13 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                             {"X-Repo-Commit": repo.commit})
                 return self._log("resolve", repo_id, path, 404)
             common = {"X-Repo-Commit": repo.commit, "Accept-Ranges": "bytes"}
+            etag = hub.etag_as.get(f.sha256)
             if f.lfs:
-                headers = {**common, "ETag": f'"{f.blob_id}"', "X-Linked-Etag": f'"{f.sha256}"',
+                headers = {**common, "ETag": f'"{f.blob_id}"', "X-Linked-Etag": f'"{etag or f.sha256}"',
                            "X-Linked-Size": str(len(f.data)), "Location": f"{hub.cdn_url}/cdn/{f.sha256}"}
                 self._reply(302, headers, b"", head)
                 return self._log("resolve", repo_id, path, 302)
-            self._body(f, {**common, "ETag": f'"{f.blob_id}"'}, head, "resolve", repo_id)
+            self._body(f, {**common, "ETag": f'"{etag or f.blob_id}"'}, head, "resolve", repo_id)
 
         def _cdn(self, sha: str, head: bool) -> None:
             found = hub._by_sha(sha)
@@ -299,19 +362,36 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 status = 206
                 headers = {**headers, "Content-Range": f"bytes {start}-{end}/{len(data)}"}
             part = data[start:end + 1]
-            self._reply(status, {**headers, "Content-Length": str(len(part))}, b"", head=True)
             if head:
+                self._reply(status, {**headers, "Content-Length": str(len(part))}, b"", head=True)
                 return self._log(kind, repo_id, f.path, status)
+            if f.sha256 in hub.endless:
+                return self._endless(part, status, headers, kind, repo_id, f)
+            extra, declared = hub.overlong.get(f.sha256, (0, False))
+            if extra:
+                part += bytes(extra)  # zeros past the end of the file
+            length = len(part) if declared or not extra else len(part) - extra
+            if extra and not declared:
+                self.close_connection = True  # the surplus follows a body of the length announced
+            self._reply(status, {**headers, "Content-Length": str(length)}, b"", head=True)
             drop_after = None
             if self.command == "GET":
                 with hub._lock:
                     drop_after = hub.drop_once.pop(f.sha256, None)
+            stall = hub._take_stall(f.sha256)
             sent = 0
             with hub._lock:
                 hub._sending += 1
             try:
                 for i in range(0, len(part), SEND_CHUNK):
                     piece = part[i:i + SEND_CHUNK]
+                    if stall is not None and start + sent + len(piece) >= stall.after_bytes:
+                        self.wfile.write(piece[: max(0, stall.after_bytes - start - sent)])
+                        sent = max(sent, stall.after_bytes - start)
+                        self.wfile.flush()
+                        hub._release.wait(stall.hold_s)  # silence: the connection stays open, nothing arrives
+                        self.close_connection = True
+                        break
                     if drop_after is not None and sent + len(piece) >= drop_after:
                         self.wfile.write(piece[: max(0, drop_after - sent)])
                         sent = drop_after
@@ -324,6 +404,31 @@ def _handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                         time.sleep(len(piece) / hub.rate_bps)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True  # the client went away (cancelled)
+            finally:
+                self._log(kind, repo_id, f.path, status, sent)
+                with hub._lock:
+                    hub._sending -= 1
+
+        def _endless(self, part: bytes, status: int, headers: dict[str, str], kind: str, repo_id: str, f: ServedFile) -> None:
+            """The file, then zeros until the client hangs up (or ``endless_cap``): no
+            Content-Length, the end of the body is the end of the connection."""
+            self.close_connection = True
+            self.send_response(status)
+            for k, v in {**headers, "Connection": "close"}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            sent = 0
+            with hub._lock:
+                hub._sending += 1
+            try:
+                self.wfile.write(part)
+                sent = len(part)
+                filler = bytes(SEND_CHUNK)
+                while sent < hub.endless_cap:
+                    self.wfile.write(filler)
+                    sent += len(filler)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client stopped reading: what a careful client does
             finally:
                 self._log(kind, repo_id, f.path, status, sent)
                 with hub._lock:
