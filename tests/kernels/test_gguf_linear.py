@@ -11,6 +11,7 @@ from gguf import quants
 
 from kernels import gguf_linear
 from kernels.gguf_linear import blocks, reference
+from tests.kernels.isa import kernel_in_use, kernel_params
 
 TYPES = list(gguf_linear.SUPPORTED_TYPES)
 # Types gguf-py can quantize itself (it only dequantizes the K-quants).
@@ -129,3 +130,83 @@ def test_reference_rows_are_independent(qtype):
     together = reference.linear(x, raw, qtype, n, k, b)
     alone = torch.cat([reference.linear(x[i:i + 1], raw, qtype, n, k, b) for i in range(7)])
     assert torch.equal(together, alone)
+
+
+COMPILED = [p for p in kernel_params(gguf_linear.available_backends()) if p != "reference"]
+
+
+@pytest.fixture(params=COMPILED or [pytest.param("cpu_avx2", marks=pytest.mark.skip(reason="no compiled backend here"))])
+def kernel(request):
+    """The compiled backend on each tile set this CPU has ("cpu_avx2": AVX2 tiles,
+    "cpu_avx2/avx512_vnni": AVX-512 VNNI tiles)."""
+    with kernel_in_use(gguf_linear, request.param, "gguf_isa", "gguf_allow_vnni") as param:
+        yield param
+
+
+def _inputs(m, k, seed):
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(seed))
+    x[3] = 0.0  # a zero row: every block's scale 0
+    x[5, :32] = 0.0  # a zero block
+    x[6] *= 1e4  # a large row
+    x[7, 1] = 50.0  # one outlier dominates its block's scale
+    return x
+
+
+@pytest.mark.parametrize("qtype", TYPES, ids=lambda t: t.name)
+@pytest.mark.parametrize("n,k", [(13, 512), (40, 1536)])
+def test_compiled_tiles_match_the_reference_bit_for_bit(kernel, qtype, n, k):
+    """Every row count 1..20 (so every tile shape and chunking of the rows), bit for bit: the
+    integer sums are exact and the fp32 steps are the reference's, so the bits must agree. That
+    every prefix of the rows agrees with one reference call is batch invariance."""
+    if k % blocks.block_shape(qtype)[0]:
+        pytest.skip("row width not a whole number of blocks")
+    raw = random_raw(qtype, n, k, seed=n + k + int(qtype))
+    w = gguf_linear.prepare(raw, qtype, n, k)
+    x, bias = _inputs(20, k, seed=n), torch.randn(n)
+    want = reference.linear(x, raw, qtype, n, k, bias)
+    assert qtype in gguf_linear.fast_types()
+    for m in range(1, 21):
+        assert torch.equal(gguf_linear.linear(x[:m], w, bias), want[:m]), m
+    # Rows computed after others in the same call; no bias; bf16 inputs.
+    assert torch.equal(gguf_linear.linear(x[4:9], w, bias), want[4:9])
+    assert torch.equal(gguf_linear.linear(x[:7], w), reference.linear(x[:7], raw, qtype, n, k))
+    xb = x[:9].to(torch.bfloat16)
+    assert torch.equal(gguf_linear.linear(xb, w, bias), reference.linear(xb, raw, qtype, n, k, bias))
+
+
+def test_compiled_backend_covers_every_type(kernel):
+    assert set(gguf_linear.fast_types()) == set(TYPES)
+    assert gguf_linear.backend_name().startswith("gguf linear cpu_avx2")
+
+
+def test_leading_dimensions_and_dtype_are_kept():
+    raw = random_raw(T.Q4_K, 8, 256, seed=1)
+    w = gguf_linear.prepare(raw, T.Q4_K, 8, 256)
+    y = gguf_linear.linear(torch.randn(2, 3, 256), w)
+    assert y.shape == (2, 3, 8) and y.dtype == torch.float32
+    with pytest.raises(ValueError, match="input width"):
+        gguf_linear.linear(torch.randn(2, 512), w)
+
+
+@pytest.mark.slow  # gguf-py reads each file's metadata in Python (~20 s a file)
+@pytest.mark.parametrize("path", GGUFS, ids=lambda p: p.name)
+def test_compiled_tiles_match_the_reference_on_real_tensors(kernel, path):
+    """One tensor of each type in the file (its first 64 rows), 5 and 1 input rows."""
+    if not path.exists():
+        pytest.skip(f"{path.name} not downloaded")
+    import gguf
+
+    done = set()
+    for tensor in gguf.GGUFReader(path).tensors:
+        qtype = tensor.tensor_type
+        if qtype not in gguf_linear.SUPPORTED_TYPES or qtype in done or len(tensor.shape) != 2:
+            continue
+        k = int(tensor.shape[0])
+        raw = torch.from_numpy(np.asarray(tensor.data[:64]).copy())
+        w = gguf_linear.prepare(raw, qtype, 64, k)
+        x = torch.randn(5, k, generator=torch.Generator().manual_seed(0))
+        want = reference.linear(x, raw, qtype, 64, k)
+        assert torch.equal(gguf_linear.linear(x, w), want), tensor.name
+        assert torch.equal(gguf_linear.linear(x[2:3], w), want[2:3]), tensor.name
+        done.add(qtype)
+    assert done

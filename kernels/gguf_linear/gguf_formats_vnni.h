@@ -1,0 +1,185 @@
+// GGUF blocks x int8 inputs on AVX-512 VNNI (Zen 4+, Ice Lake+): the same exact integers as the
+// AVX2 tiles (gguf_formats_avx2.h), so the same bits, with fewer multiplies.
+//
+// Why: vpmaddubsw + vpmaddwd cost two multiplies per 32 products on AVX2; vpdpbusd does the
+// products and their sums by four in one. K-quants: vpdpbusd over 64 codes gives each sub-block's
+// products summed by four into int32 lanes (at most 4 * 63 * 127 = 32004: an int16 holds it),
+// two such results pack to int16 (vpackssdw, exact) and one vpdpwssd multiplies them by their
+// sub-block scales and adds them up: 3 multiplies per 128 products where AVX2 pays 8. The legacy
+// types take vpdpbusd on 32 codes (Q8_0's signed codes offset by 128, taken back off with the
+// input sums). Included by gguf_linear_avx2.cpp after gguf_formats_avx2.h.
+#pragma once
+#include <immintrin.h>
+#include <algorithm>
+#include <cstdint>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+
+namespace tandem_gguf_vnni {
+
+using tandem_gguf::half_at;
+using tandem_gguf::Inputs;
+using tandem_gguf_avx2::high_bits32;
+using tandem_gguf_avx2::load128;
+using tandem_gguf_avx2::load256;
+using tandem_gguf_avx2::nibbles32;
+constexpr int kMaxRows = 10;  // a verification block of up to 10 rows in one pass (32 registers)
+
+inline __m512i load512(const void* p) { return _mm512_loadu_si512(p); }
+
+// 32 bytes -> 64 values in order: their low nibbles, then their high ones.
+inline __m512i nibbles64(const uint8_t* p) {
+  const __m512i bytes = _mm512_broadcast_i64x4(load256(p));
+  const __m512i shift = _mm512_setr_epi64(0, 0, 0, 0, 4, 4, 4, 4);
+  return _mm512_and_si512(_mm512_srlv_epi64(bytes, shift), _mm512_set1_epi8(0x0F));
+}
+
+// The scale of each int16 word of packs(dot(a), dot(b)), where a, b are 64 values each made of
+// sub-blocks of ``width`` (32 for Q4_K/Q5_K, 16 for Q6_K): word w of 128-bit lane q holds lane
+// 4q + (w & 3) of a (w < 4) or of b; a's lane l covers values 4l.., so sub-block 4l / width.
+// Tables known at compile time (a vpermw index per half super-block).
+struct ScaleIndex {
+  alignas(64) int16_t idx[4][32];  // [Q4_K/Q5_K h = 0, 1; Q6_K h = 0, 1]
+};
+
+constexpr ScaleIndex make_scale_index() {
+  ScaleIndex s{};
+  for (int t = 0; t < 4; ++t) {
+    const int width = t < 2 ? 32 : 16, h = t & 1;
+    const int a_first = width == 32 ? 4 * h : 8 * h, b_first = a_first + (width == 32 ? 2 : 4);
+    for (int q = 0; q < 4; ++q)
+      for (int w = 0; w < 8; ++w) {
+        const int lane = 4 * q + (w & 3);
+        s.idx[t][8 * q + w] = static_cast<int16_t>((w < 4 ? a_first : b_first) + 4 * lane / width);
+      }
+  }
+  return s;
+}
+
+inline constexpr ScaleIndex kScaleIndex = make_scale_index();
+
+inline __m512i packed_scale_index(int table) { return _mm512_load_si512(kScaleIndex.idx[table]); }
+
+// acc += sum of each sub-block's products times its scale, for 64 + 64 values a, b.
+inline __m512i scaled_dot(__m512i acc, __m512i a, __m512i b, const int8_t* x, __m512i scales) {
+  const __m512i da = _mm512_dpbusd_epi32(_mm512_setzero_si512(), a, load512(x));
+  const __m512i db = _mm512_dpbusd_epi32(_mm512_setzero_si512(), b, load512(x + 64));
+  return _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(da, db), scales);
+}
+
+inline __m256i fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+
+template <bool kFive>
+struct QK {  // Q4_K, Q5_K
+  static constexpr int kValues = 256, kBytes = kFive ? 176 : 144, kOffset = 0, kMins = 1;
+  static float d(const uint8_t* blk) { return half_at(blk); }
+  static float o(const uint8_t* blk) { return -half_at(blk + 2); }
+
+  // Values 64p .. 64p+63 (sub-blocks 2p, 2p+1).
+  static __m512i codes(const uint8_t* blk, int p, __m512i high) {
+    __m512i q = nibbles64(blk + (kFive ? 48 : 16) + 32 * p);
+    if constexpr (kFive) {
+      const __m512i shift = _mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+      const __m512i bit = _mm512_and_si512(_mm512_srlv_epi64(high, shift), _mm512_set1_epi8(1));
+      q = _mm512_or_si512(q, _mm512_slli_epi16(bit, 4));
+    }
+    return q;
+  }
+
+  template <int MR>
+  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mn, int stride) {
+    const __m256i sm = _mm256_cvtepu8_epi16(tandem_gguf::k_scales_mins(blk + 4));  // scales 0..7, mins 0..7
+    const __m512i sm512 = _mm512_castsi256_si512(sm);
+    const __m512i high = kFive ? _mm512_broadcast_i64x4(load256(blk + 16)) : _mm512_setzero_si512();
+    __m512i acc[MR];
+    for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {  // values 128h ..: sub-blocks 4h .. 4h+3
+      const __m512i a = codes(blk, 2 * h, high), c = codes(blk, 2 * h + 1, high);
+      const __m512i scales = _mm512_permutexvar_epi16(packed_scale_index(h), sm512);
+      for (int r = 0; r < MR; ++r) acc[r] = scaled_dot(acc[r], a, c, in.row(m0 + r) + b * 256 + 128 * h, scales);
+    }
+    const __m128i mins = _mm256_extracti128_si256(sm, 1);
+    for (int r = 0; r < MR; ++r) {
+      s[r * stride] = fold(acc[r]);
+      mn[r * stride] = _mm_madd_epi16(mins, load128(in.sums32(m0 + r) + b * 8));
+    }
+  }
+};
+
+struct Q6K {
+  static constexpr int kValues = 256, kBytes = 210, kOffset = 0, kMins = 0;
+  static float d(const uint8_t* blk) { return half_at(blk + 208); }
+  static float o(const uint8_t*) { return 0.0f; }
+
+  template <int MR>
+  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i*, int stride) {
+    const __m256i sc16 = _mm256_cvtepi8_epi16(load128(blk + 192));
+    const __m512i sc512 = _mm512_castsi256_si512(sc16);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+    __m512i acc[MR];
+    for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
+    for (int h = 0; h < 2; ++h) {
+      // Values 128h + 0..63 are the low nibbles of ql's 64 bytes, + 64..127 their high ones; the
+      // top two bits of value 128h + 32t + l are bits 2t of qh byte 32h + l.
+      const __m512i ql = load512(blk + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(load256(blk + 128 + 32 * h));
+      const __m512i top01 = _mm512_srlv_epi64(qh, _mm512_setr_epi64(0, 0, 0, 0, 2, 2, 2, 2));
+      const __m512i top23 = _mm512_srlv_epi64(qh, _mm512_setr_epi64(4, 4, 4, 4, 6, 6, 6, 6));
+      const __m512i a = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(top01, m3), 4));
+      const __m512i c = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                        _mm512_slli_epi16(_mm512_and_si512(top23, m3), 4));
+      const __m512i scales = _mm512_permutexvar_epi16(packed_scale_index(2 + h), sc512);
+      for (int r = 0; r < MR; ++r) acc[r] = scaled_dot(acc[r], a, c, in.row(m0 + r) + b * 256 + 128 * h, scales);
+    }
+    // The codes above are 0..63: take 32 * sum_j sc_j * xs16_j back off.
+    for (int r = 0; r < MR; ++r)
+      s[r * stride] = _mm256_sub_epi32(fold(acc[r]), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(in.sums16(m0 + r) + b * 16)), 5));
+  }
+};
+
+template <int kBlockBytes, int kCodeOffset, int kMinsKind, class Codes>
+struct Legacy {
+  static constexpr int kValues = 32, kBytes = kBlockBytes, kOffset = kCodeOffset, kMins = kMinsKind;
+  static float d(const uint8_t* blk) { return half_at(blk); }
+  static float o(const uint8_t* blk) { return half_at(blk + 2); }
+
+  template <int MR>
+  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i*, int stride) {
+    const __m256i codes = Codes::get(blk);
+    for (int r = 0; r < MR; ++r) s[r * stride] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, load256(in.row(m0 + r) + b * 32));
+  }
+};
+
+struct Q40Codes { static __m256i get(const uint8_t* blk) { return nibbles32(blk + 2); } };
+struct Q41Codes { static __m256i get(const uint8_t* blk) { return nibbles32(blk + 4); } };
+struct Q50Codes { static __m256i get(const uint8_t* blk) { return _mm256_or_si256(nibbles32(blk + 6), high_bits32(blk + 2)); } };
+struct Q51Codes { static __m256i get(const uint8_t* blk) { return _mm256_or_si256(nibbles32(blk + 8), high_bits32(blk + 4)); } };
+struct Q80Codes { static __m256i get(const uint8_t* blk) { return _mm256_xor_si256(load256(blk + 2), _mm256_set1_epi8(-128)); } };
+
+using Q40 = Legacy<18, 8, 0, Q40Codes>;
+using Q41 = Legacy<20, 0, 2, Q41Codes>;
+using Q50 = Legacy<22, 16, 0, Q50Codes>;
+using Q51 = Legacy<24, 0, 2, Q51Codes>;
+using Q80 = Legacy<34, 128, 0, Q80Codes>;  // codes w + 128 in 0..255
+
+#include "gguf_tiles.inc"
+
+inline bool dispatch(int64_t qtype, const Job& job, int64_t M) {
+  using namespace tandem_gguf;
+  switch (qtype) {
+    case Q4_0: run<Q40>(job, M); return true;
+    case Q4_1: run<Q41>(job, M); return true;
+    case Q5_0: run<Q50>(job, M); return true;
+    case Q5_1: run<Q51>(job, M); return true;
+    case Q8_0: run<Q80>(job, M); return true;
+    case Q4_K: run<QK<false>>(job, M); return true;
+    case Q5_K: run<QK<true>>(job, M); return true;
+    case Q6_K: run<Q6K>(job, M); return true;
+    default: return false;
+  }
+}
+
+}  // namespace tandem_gguf_vnni
+
+#pragma GCC pop_options

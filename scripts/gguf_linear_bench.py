@@ -1,0 +1,112 @@
+"""Time the GGUF-native linear at the default target's layer shapes, on both tile sets, against
+the int4 kernel (kernels/int4_linear) at the same shapes in the same run.
+
+    python scripts/gguf_linear_bench.py [--threads 2 --rows 1 5 9 53 --types Q4_K Q6_K]
+
+Weights come from memory, as in a real forward pass (the model is far larger than the caches):
+each timed call uses the next of enough copies to overflow the L3 cache. Prints ms per
+call (the fastest of the repeats: see best_ms), the weight bytes per second that implies for one row, and the tile set that ran.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gguf import GGMLQuantizationType as T
+
+from kernels import gguf_linear, int4_linear
+from kernels.gguf_linear import blocks
+
+# (name, N, K) of the Qwen2.5-Coder 1.5B target's linear layers.
+SHAPES = [("q/o 1536x1536", 1536, 1536), ("k/v 256x1536", 256, 1536), ("gate/up 8960x1536", 8960, 1536),
+          ("down 1536x8960", 1536, 8960)]
+STREAM_BYTES = 96 << 20  # per variant: past the L3 cache, so that weights come from memory
+
+
+def random_raw(qtype, n, k, gen):
+    values, size = blocks.block_shape(qtype)
+    raw = torch.randint(0, 256, (n, k // values, size), dtype=torch.uint8, generator=gen)
+    fields = {T.Q6_K: (208,), T.Q4_K: (0, 2), T.Q5_K: (0, 2), T.Q4_1: (0, 2), T.Q5_1: (0, 2)}.get(qtype, (0,))
+    for at in fields:
+        raw[..., at:at + 2] = (torch.randn(n, k // values, generator=gen) * 0.01).half().view(torch.uint8).reshape(n, -1, 2)
+    return raw.reshape(n, -1)
+
+
+def best_ms(calls, repeats: int) -> float:
+    """The fastest of ``repeats`` calls (calls: functions each using its own copy of the weights,
+    cycled through). The fastest, not the median: on a shared machine a call that loses one of
+    its threads to another process for a time slice takes milliseconds longer."""
+    for call in calls[:2]:
+        call()
+    times = []
+    for i in range(repeats):
+        start = time.perf_counter()
+        calls[i % len(calls)]()
+        times.append((time.perf_counter() - start) * 1000)
+    return min(times)
+
+
+def copies(nbytes: int) -> int:
+    return max(2, STREAM_BYTES // max(nbytes, 1))
+
+
+def set_tiles(tiles: str) -> None:
+    from kernels.gguf_linear import cpu_avx2 as gguf_cpu
+    from kernels.int4_linear import cpu_avx2 as int4_cpu
+
+    gguf_cpu.gguf_allow_vnni(tiles == "avx512_vnni")
+    int4_cpu.int4_allow_vnni(tiles == "avx512_vnni")
+    assert gguf_cpu.gguf_isa() == tiles and int4_cpu.int4_isa() == tiles
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rows", type=int, nargs="+", default=[1, 5, 9, 53])
+    parser.add_argument("--types", nargs="+", default=["Q4_K", "Q6_K"])
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    if gguf_linear.active_backend() != "cpu_avx2" or int4_linear.active_backend() != "cpu_avx2":
+        sys.exit("the compiled kernels are not available here")
+    gen = torch.Generator().manual_seed(0)
+    x_all = torch.randn(max(args.rows), 8960, generator=gen)
+    from kernels.gguf_linear import cpu_avx2
+
+    cpu_avx2.gguf_allow_vnni(True)
+    tile_sets = ["avx2"] + (["avx512_vnni"] if cpu_avx2.gguf_isa() == "avx512_vnni" else [])
+    print(f"{args.threads} threads, best ms per call of {args.repeats}; GB/s: weight bytes / time at M=1")
+    head = f"{'':34}" + "".join(f"{'M=' + str(m):>8}" for m in args.rows) + f"{'GB/s':>7}  {'9 rows / 1':>10}"
+    for name, n, k in SHAPES:
+        layers = {}
+        for qname in args.types:
+            qtype = T[qname]
+            raw = random_raw(qtype, n, k, gen)
+            layers[f"gguf {qname}"] = ([gguf_linear.prepare(raw.clone(), qtype, n, k) for _ in range(copies(raw.numel()))],
+                                       raw.numel(), lambda x, w: gguf_linear.linear(x, w))
+        packed = int4_linear.quantize(torch.randn(n, k, generator=gen) * 0.02)
+        nbytes = sum(t.numel() * t.element_size() for t in packed)
+        layers["int4 (kernels/int4_linear)"] = ([tuple(t.clone() for t in packed) for _ in range(copies(nbytes))], nbytes,
+                                                lambda x, w: int4_linear.linear(x, *w))
+        print(f"\n{name}\n{head}")
+        for tiles in tile_sets:
+            set_tiles(tiles)
+            for label, (weights, nbytes, fn) in layers.items():
+                times = []
+                for m in args.rows:
+                    x = x_all[:m, :k].contiguous()
+                    times.append(best_ms([lambda w=w, x=x, fn=fn: fn(x, w) for w in weights], args.repeats))
+                gbs = nbytes / (times[0] * 1e-3) / 1e9
+                ratio = (times[args.rows.index(9)] / times[0]) if 9 in args.rows and 1 in args.rows else float("nan")
+                print(f"{label + ' ' + tiles:34}" + "".join(f"{t:8.3f}" for t in times) + f"{gbs:7.1f}  {ratio:10.2f}")
+    set_tiles(tile_sets[-1])
+
+
+if __name__ == "__main__":
+    main()
