@@ -8,7 +8,7 @@ import argparse
 import logging
 import sys
 
-from engine.cli import bench, download, generate, models
+from engine.cli import bench, download, generate, models, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(sub)
     download.add_parser(sub)
     models.add_parser(sub)
+    serve.add_parser(sub)
     return parser
 
 

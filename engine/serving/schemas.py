@@ -1,0 +1,196 @@
+"""Request bodies of the OpenAI API as Tandem accepts them, and the OpenAI error shape.
+
+Unknown fields are ignored (clients send many), but fields that would change what a request
+means and that Tandem does not implement (n > 1, logprobs, tools, penalties, echo, ...) are
+refused with a 400 rather than silently dropped.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from engine.core.settings import MAX_DRAFT_LENGTH
+
+
+class ApiError(Exception):
+    """An error answered as ``{"error": {"message", "type", "param", "code"}}`` with ``status``."""
+
+    def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Lenient):
+    type: Literal["text"]
+    text: str
+
+
+class Message(_Lenient):
+    # "developer" is OpenAI's newer name for "system"; tool and function turns need tools.
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart]
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_only(cls, value):
+        # One clear message instead of one per branch of the union (images, audio, null, ...).
+        if isinstance(value, str) or (isinstance(value, list) and all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in value)):
+            return value
+        raise ValueError("content must be a string or a list of {\"type\": \"text\", \"text\": ...} parts")
+
+    def text(self) -> str:
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(part.text for part in self.content)
+
+    def for_template(self) -> dict:
+        return {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool = False
+
+
+class SpeculativeOptions(BaseModel):
+    """Tandem's own request field ``speculative``: off, or which drafter and how far it drafts.
+    It never changes what the target accepts (lossless), only how fast the reply comes."""
+
+    model_config = ConfigDict(extra="forbid")
+    enabled: bool = True
+    drafter: Literal["model", "lookup", "mtp"] | None = None
+    draft_length: int | None = Field(None, ge=0, le=MAX_DRAFT_LENGTH)
+    max_draft_length: int | None = Field(None, ge=1, le=MAX_DRAFT_LENGTH)
+
+
+class GenerationFields(_Lenient):
+    """What chat and text completions share. None means "the default" (clients send nulls)."""
+
+    model: str | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0)
+    seed: int | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    n: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    speculative: SpeculativeOptions | None = None
+
+    def check_supported(self) -> None:
+        if self.n not in (None, 1):
+            raise ApiError(400, "only n=1 is supported: send one request per completion", param="n",
+                           code="unsupported_value")
+        for name in ("presence_penalty", "frequency_penalty"):
+            if getattr(self, name) not in (None, 0, 0.0):
+                raise ApiError(400, f"{name} is not supported", param=name, code="unsupported_parameter")
+        if self.logit_bias:
+            raise ApiError(400, "logit_bias is not supported", param="logit_bias", code="unsupported_parameter")
+        if isinstance(self.stop, list) and len(self.stop) > 16:
+            raise ApiError(400, "at most 16 stop strings", param="stop", code="invalid_value")
+
+    def stop_strings(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(GenerationFields):
+    messages: list[Message] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    tools: list[Any] | None = None
+    functions: list[Any] | None = None
+    response_format: dict | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if self.logprobs:
+            raise ApiError(400, "logprobs are not supported", param="logprobs", code="unsupported_parameter")
+        for name in ("tools", "functions"):
+            if getattr(self, name):
+                raise ApiError(400, f"{name} are not supported", param=name, code="unsupported_parameter")
+        if self.response_format and self.response_format.get("type", "text") != "text":
+            raise ApiError(400, "only response_format type 'text' is supported", param="response_format",
+                           code="unsupported_value")
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class CompletionRequest(GenerationFields):
+    prompt: str | list[str] | list[int]
+    echo: bool | None = None
+    suffix: str | None = None
+    best_of: int | None = None
+    logprobs: int | None = None
+
+    def check_supported(self) -> None:
+        super().check_supported()
+        if isinstance(self.prompt, list) and self.prompt and isinstance(self.prompt[0], str) and len(self.prompt) != 1:
+            raise ApiError(400, "one prompt per request: batched prompts are not supported", param="prompt",
+                           code="unsupported_value")
+        if self.echo:
+            raise ApiError(400, "echo is not supported", param="echo", code="unsupported_parameter")
+        if self.suffix:
+            raise ApiError(400, "suffix is not supported", param="suffix", code="unsupported_parameter")
+        if self.best_of not in (None, 1):
+            raise ApiError(400, "only best_of=1 is supported", param="best_of", code="unsupported_value")
+        if self.logprobs is not None:
+            raise ApiError(400, "logprobs are not supported", param="logprobs", code="unsupported_parameter")
+
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens
+
+
+def parse_body(raw: bytes, model: type[GenerationFields]) -> GenerationFields:
+    """The request body as ``model``, or an ApiError(400) that names the offending field."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
+    try:
+        request = model.model_validate(data)
+    except ValidationError as exc:
+        raise _as_api_error(exc) from None
+    request.check_supported()
+    return request
+
+
+def _as_api_error(exc: ValidationError) -> ApiError:
+    # Union types report one error per alternative; the first names the field well enough.
+    first = exc.errors(include_url=False)[0]
+    loc = [str(part) for part in first["loc"]]
+    # Drop pydantic's union-branch names (e.g. "str", "list[TextPart]") from the field path.
+    path = [p for p in loc if not (p.startswith(("str", "list[", "int", "dict[")) or p in ("TextPart",))]
+    param = ".".join(path) or None
+    if first["type"] == "missing":
+        message = f"missing required field: {param}"
+    else:
+        message = f"{param}: {first['msg']}" if param else first["msg"]
+    return ApiError(400, message, param=param, code="invalid_value" if first["type"] != "missing" else "missing_field")

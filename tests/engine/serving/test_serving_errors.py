@@ -1,0 +1,103 @@
+"""Bad requests get a 4xx with OpenAI's error body ({"error": {message, type, param, code}}),
+never a 500 and never a hung connection; the server keeps answering afterwards."""
+import pytest
+
+from tests.engine.serving.client import assert_error, call, chat
+from tests.engine.serving.conftest import WINDOW
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def url(tiny_session):
+    """One server for the whole table: a bad request must leave it as it was."""
+    from engine.serving.server import ServerConfig, run_in_thread
+
+    with run_in_thread(tiny_session, ServerConfig(port=0)) as handle:
+        yield handle.url
+
+
+def post(url, body, path="/v1/chat/completions"):
+    return call(url, "POST", path, body, timeout=30)
+
+
+BAD_CHAT = [
+    ("invalid JSON", b'{"messages": [', 400, None),
+    ("not an object", b'["messages"]', 400, None),
+    ("empty body", b"", 400, None),
+    ("missing messages", {"model": "tiny-target"}, 400, "messages"),
+    ("empty messages", {"messages": []}, 400, "messages"),
+    ("tool role", {"messages": [{"role": "tool", "content": "x"}]}, 400, "messages.0.role"),
+    ("unknown role", {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role"),
+    ("missing role", {"messages": [{"content": "x"}]}, 400, "messages.0.role"),
+    ("image part", {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     400, "messages.0.content"),
+    ("number content", {"messages": [{"role": "user", "content": 3}]}, 400, "messages.0.content"),
+    ("null content", {"messages": [{"role": "user", "content": None}]}, 400, "messages.0.content"),
+    ("negative max_tokens", {"messages": USER, "max_tokens": -5}, 400, "max_tokens"),
+    ("zero max_completion_tokens", {"messages": USER, "max_completion_tokens": 0}, 400, "max_completion_tokens"),
+    ("huge max_tokens", {"messages": USER, "max_tokens": 10**9}, 400, "max_tokens"),
+    ("string max_tokens", {"messages": USER, "max_tokens": "many"}, 400, "max_tokens"),
+    ("n=2", {"messages": USER, "n": 2}, 400, "n"),
+    ("temperature above 2", {"messages": USER, "temperature": 3}, 400, "temperature"),
+    ("top_p zero", {"messages": USER, "top_p": 0}, 400, "top_p"),
+    ("negative top_k", {"messages": USER, "top_k": -1}, 400, "top_k"),
+    ("stop of numbers", {"messages": USER, "stop": [1, 2]}, 400, "stop"),
+    ("logprobs", {"messages": USER, "logprobs": True}, 400, "logprobs"),
+    ("tools", {"messages": USER, "tools": [{"type": "function", "function": {"name": "f"}}]}, 400, "tools"),
+    ("penalty", {"messages": USER, "presence_penalty": 0.5}, 400, "presence_penalty"),
+    ("unknown speculative field", {"messages": USER, "speculative": {"drafter": "model", "k": 3}}, 400,
+     "speculative.k"),
+    ("unknown drafter", {"messages": USER, "speculative": {"drafter": "oracle"}}, 400, "speculative.drafter"),
+    ("draft_length too long", {"messages": USER, "speculative": {"draft_length": 99}}, 400,
+     "speculative.draft_length"),
+]
+
+
+@pytest.mark.parametrize("name, body, status, param", BAD_CHAT, ids=[case[0] for case in BAD_CHAT])
+def test_bad_chat_requests_get_an_openai_error(url, name, body, status, param):
+    assert_error(post(url, body), status, param)
+
+
+def test_unknown_model_is_404(url):
+    error = assert_error(post(url, {"model": "gpt-9", "messages": USER}), 404, "model")
+    assert error["code"] == "model_not_found"
+    assert_error(call(url, "GET", "/v1/models/gpt-9"), 404, "model")
+
+
+def test_a_prompt_over_the_context_window_is_400(url):
+    long_text = "def add(a, b):\n    return a + b\n" * WINDOW  # far more tokens than the window
+    error = assert_error(post(url, {"messages": [{"role": "user", "content": long_text}]}), 400, "messages")
+    assert error["code"] == "context_length_exceeded"
+    error = assert_error(post(url, {"prompt": long_text}, "/v1/completions"), 400, "prompt")
+    assert error["code"] == "context_length_exceeded"
+
+
+BAD_COMPLETIONS = [
+    ("missing prompt", {"max_tokens": 3}, "prompt"),
+    ("empty prompt", {"prompt": ""}, "prompt"),
+    ("two prompts", {"prompt": ["a", "b"]}, "prompt"),
+    ("token id out of range", {"prompt": [1, 10**7]}, "prompt"),
+    ("echo", {"prompt": "a", "echo": True}, "echo"),
+    ("best_of", {"prompt": "a", "best_of": 3}, "best_of"),
+]
+
+
+@pytest.mark.parametrize("name, body, param", BAD_COMPLETIONS, ids=[case[0] for case in BAD_COMPLETIONS])
+def test_bad_completion_requests_get_an_openai_error(url, name, body, param):
+    assert_error(post(url, body, "/v1/completions"), 400, param)
+
+
+def test_unknown_routes_and_methods_answer_in_the_same_shape(url):
+    assert_error(call(url, "GET", "/v1/embeddings"), 404)
+    assert_error(call(url, "GET", "/v1/chat/completions"), 405)
+
+
+def test_the_server_still_answers_after_bad_requests(tiny_session, start_server):
+    handle = start_server(tiny_session)
+    for _, body, _, _ in BAD_CHAT[:6]:
+        post(handle.url, body)
+    ok = chat(handle.url, max_tokens=3, temperature=0)
+    assert ok.status == 200 and ok.json()["usage"]["completion_tokens"] >= 1
+    counters = handle.counters()
+    assert counters.requests_failed == 0 and counters.requests_served == 1  # bad ones never reached the engine
