@@ -12,31 +12,22 @@
 
 namespace tandem_gguf {
 
-inline float half_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-// Q4_K / Q5_K's 12 bytes of 6-bit scales and mins -> 16 bytes: scales 0..7, then mins 0..7
-// (blocks.py's k_scales_mins, in 32-bit words as llama.cpp unpacks them).
+// Q4_K / Q5_K's 12 bytes of 6-bit scales and mins (at p; p + 12 .. p + 15 are read, unused)
+// -> 16 bytes: scales 0..7, then mins 0..7 (blocks.py's k_scales_mins). In 32-bit words u0..u2:
+//   [u0 & 0x3f.., (u2 & 0x0f..) | ((u0 >> 6) & 0x03..) << 4, u1 & 0x3f.., (u2 >> 4 & 0x0f..) | ((u1 >> 6) & 0x03..) << 4]
 inline __m128i k_scales_mins(const uint8_t* p) {
-  uint32_t u[4];
-  std::memcpy(u, p, 12);
-  constexpr uint32_t k6 = 0x3f3f3f3f, k4 = 0x0f0f0f0f, k2 = 0x03030303;
-  u[3] = ((u[2] >> 4) & k4) | (((u[1] >> 6) & k2) << 4);
-  const uint32_t mins_lo = u[1] & k6;
-  u[1] = (u[2] & k4) | (((u[0] >> 6) & k2) << 4);
-  u[2] = mins_lo;
-  u[0] &= k6;
-  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(u));
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i a = _mm_srlv_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(2, 1, 2, 0)), _mm_setr_epi32(0, 0, 0, 4));
+  const __m128i low = _mm_and_si128(a, _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i b = _mm_srli_epi32(_mm_shuffle_epi32(v, _MM_SHUFFLE(1, 1, 0, 0)), 6);
+  const __m128i high = _mm_slli_epi32(_mm_and_si128(b, _mm_setr_epi32(0, 0x03030303, 0, 0x03030303)), 4);
+  return _mm_or_si128(low, high);
 }
 
 }  // namespace tandem_gguf
 
 namespace tandem_gguf_avx2 {
 
-using tandem_gguf::half_at;
 using tandem_gguf::Inputs;
 constexpr int kMaxRows = 8;  // input rows a tile computes at once: accumulators + codes fit 16 registers
 
@@ -68,9 +59,8 @@ inline __m256i dot32(__m256i codes, const int8_t* x) {
 }
 
 struct Q4K {
-  static constexpr int kValues = 256, kBytes = 144, kOffset = 0, kMins = 1;
-  static float d(const uint8_t* blk) { return half_at(blk); }
-  static float o(const uint8_t* blk) { return -half_at(blk + 2); }
+  static constexpr int kValues = 256, kBytes = 144, kOffset = 0, kMins = 1, kHalves = 0;
+  static constexpr bool kDHigh = false, kNegate = true;
 
   // Sub-blocks 2p and 2p+1 of codes (lo, hi) times their scales, added to acc.
   template <int MR>
@@ -131,9 +121,8 @@ struct Q5K : Q4K {
 };
 
 struct Q6K {
-  static constexpr int kValues = 256, kBytes = 210, kOffset = 0, kMins = 0;
-  static float d(const uint8_t* blk) { return half_at(blk + 208); }
-  static float o(const uint8_t*) { return 0.0f; }
+  static constexpr int kValues = 256, kBytes = 210, kOffset = 0, kMins = 0, kHalves = 206;  // d at 208
+  static constexpr bool kDHigh = true, kNegate = false;
 
   template <int MR>
   static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i*, int stride) {
@@ -166,9 +155,8 @@ struct Q6K {
 // The legacy types: one block of 32, S = codes . x (the offset of Q4_0 / Q5_0 comes after).
 template <int kBlockBytes, int kCodeOffset, int kMinsKind>
 struct Legacy {
-  static constexpr int kValues = 32, kBytes = kBlockBytes, kOffset = kCodeOffset, kMins = kMinsKind;
-  static float d(const uint8_t* blk) { return half_at(blk); }
-  static float o(const uint8_t* blk) { return half_at(blk + 2); }
+  static constexpr int kValues = 32, kBytes = kBlockBytes, kOffset = kCodeOffset, kMins = kMinsKind, kHalves = 0;
+  static constexpr bool kDHigh = false, kNegate = false;
 };
 
 template <class Codes, class Base>

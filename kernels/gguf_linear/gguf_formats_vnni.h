@@ -12,15 +12,14 @@
 #include <immintrin.h>
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 
 namespace tandem_gguf_vnni {
 
-using tandem_gguf::half_at;
 using tandem_gguf::Inputs;
-using tandem_gguf_avx2::high_bits32;
 using tandem_gguf_avx2::load128;
 using tandem_gguf_avx2::load256;
 using tandem_gguf_avx2::nibbles32;
@@ -72,9 +71,8 @@ inline __m256i fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(
 
 template <bool kFive>
 struct QK {  // Q4_K, Q5_K
-  static constexpr int kValues = 256, kBytes = kFive ? 176 : 144, kOffset = 0, kMins = 1;
-  static float d(const uint8_t* blk) { return half_at(blk); }
-  static float o(const uint8_t* blk) { return -half_at(blk + 2); }
+  static constexpr int kValues = 256, kBytes = kFive ? 176 : 144, kOffset = 0, kMins = 1, kHalves = 0;
+  static constexpr bool kDHigh = false, kNegate = true;
 
   // Values 64p .. 64p+63 (sub-blocks 2p, 2p+1).
   static __m512i codes(const uint8_t* blk, int p, __m512i high) {
@@ -108,9 +106,8 @@ struct QK {  // Q4_K, Q5_K
 };
 
 struct Q6K {
-  static constexpr int kValues = 256, kBytes = 210, kOffset = 0, kMins = 0;
-  static float d(const uint8_t* blk) { return half_at(blk + 208); }
-  static float o(const uint8_t*) { return 0.0f; }
+  static constexpr int kValues = 256, kBytes = 210, kOffset = 0, kMins = 0, kHalves = 206;  // d at 208
+  static constexpr bool kDHigh = true, kNegate = false;
 
   template <int MR>
   static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i*, int stride) {
@@ -140,9 +137,8 @@ struct Q6K {
 
 template <int kBlockBytes, int kCodeOffset, int kMinsKind, class Codes>
 struct Legacy {
-  static constexpr int kValues = 32, kBytes = kBlockBytes, kOffset = kCodeOffset, kMins = kMinsKind;
-  static float d(const uint8_t* blk) { return half_at(blk); }
-  static float o(const uint8_t* blk) { return half_at(blk + 2); }
+  static constexpr int kValues = 32, kBytes = kBlockBytes, kOffset = kCodeOffset, kMins = kMinsKind, kHalves = 0;
+  static constexpr bool kDHigh = false, kNegate = false;
 
   template <int MR>
   static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i*, int stride) {
@@ -153,8 +149,16 @@ struct Legacy {
 
 struct Q40Codes { static __m256i get(const uint8_t* blk) { return nibbles32(blk + 2); } };
 struct Q41Codes { static __m256i get(const uint8_t* blk) { return nibbles32(blk + 4); } };
-struct Q50Codes { static __m256i get(const uint8_t* blk) { return _mm256_or_si256(nibbles32(blk + 6), high_bits32(blk + 2)); } };
-struct Q51Codes { static __m256i get(const uint8_t* blk) { return _mm256_or_si256(nibbles32(blk + 8), high_bits32(blk + 4)); } };
+// Q5_0 / Q5_1: the 32 high bits are a mask register as they lie: add 16 where set.
+inline __m256i five_bits(const uint8_t* nibbles, const uint8_t* high) {
+  uint32_t bits;
+  std::memcpy(&bits, high, 4);
+  const __m256i q = nibbles32(nibbles);
+  return _mm256_mask_add_epi8(q, _cvtu32_mask32(bits), q, _mm256_set1_epi8(16));
+}
+
+struct Q50Codes { static __m256i get(const uint8_t* blk) { return five_bits(blk + 6, blk + 2); } };
+struct Q51Codes { static __m256i get(const uint8_t* blk) { return five_bits(blk + 8, blk + 4); } };
 struct Q80Codes { static __m256i get(const uint8_t* blk) { return _mm256_xor_si256(load256(blk + 2), _mm256_set1_epi8(-128)); } };
 
 using Q40 = Legacy<18, 8, 0, Q40Codes>;

@@ -25,10 +25,10 @@ struct Inputs {
   std::vector<float> dx;      // [M][K / QB]
   std::vector<int16_t> xs16;  // [M][K / 16]
   std::vector<int16_t> xs32;  // [M][K / 32]
-  int64_t K = 0, QB = 0;
+  int64_t K = 0, QB = 0, blocks = 0;  // blocks = K / QB, kept: a division per block cost more than the block
 
   const int8_t* row(int64_t m) const { return q.data() + m * K; }
-  float scale(int64_t m, int64_t b) const { return dx[m * (K / QB) + b]; }
+  float scale(int64_t m, int64_t b) const { return dx[m * blocks + b]; }
   const int16_t* sums16(int64_t m) const { return xs16.data() + m * (K / 16); }
   const int16_t* sums32(int64_t m) const { return xs32.data() + m * (K / 32); }
 };
@@ -56,6 +56,7 @@ inline int16_t sum16(const int8_t* q) {
 inline void quantize_inputs(const float* X, int64_t M, int64_t K, int64_t QB, Inputs& in) {
   in.K = K;
   in.QB = QB;
+  in.blocks = K / QB;
   in.q.resize(M * K);
   in.dx.resize(M * (K / QB));
   in.xs16.resize(M * (K / 16));
