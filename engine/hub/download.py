@@ -108,7 +108,7 @@ def _ensure(t: Transfer, u: RepoDownload, f: HubFile) -> None:
     try:
         ensure_file(t, u.repo, u.commit, f)
     except Exception as exc:
-        raise hub_error(exc, u.repo, t.endpoint) from exc
+        raise hub_error(exc, u.repo, t.endpoint, f.path) from exc
 
 
 class _RateMeter:

@@ -138,8 +138,10 @@ def _token_hint() -> str:
     return f"The token in use (from {where}) does not have access to it yet."
 
 
-def hub_error(exc: BaseException, repo: str, endpoint: str) -> HubError:
-    """A clear message and kind for anything that can go wrong talking to the Hub."""
+def hub_error(exc: BaseException, repo: str, endpoint: str, file: str | None = None) -> HubError:
+    """A clear message and kind for anything that can go wrong talking to the Hub; ``file``
+    (a path in ``repo``) is named too when the failure happened while fetching it."""
+    what = f"{repo}/{file}" if file else repo
     from huggingface_hub.errors import (
         GatedRepoError,
         HfHubHTTPError,
@@ -189,10 +191,11 @@ def hub_error(exc: BaseException, repo: str, endpoint: str) -> HubError:
             return HubError(
                 f"Cannot reach the Hub at {endpoint} ({exc}). Models already downloaded still work;"
                 f" connect to the internet and run again to fetch {repo}.", "offline")
-        return HubError(f"network error while fetching {repo} ({name}: {exc}); run again to resume", "network")
+        return HubError(f"network error while fetching {what} ({name}: {exc}); run again to resume", "network")
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):
-        return HubError(f"the disk filled up while fetching {repo}: free some space and run again to resume", "disk_full")
-    return HubError(f"fetching {repo} failed: {type(exc).__name__}: {exc}", "network")
+        return HubError(f"the disk filled up while fetching {what}: free some space and run again to resume"
+                        " (what was written so far is kept)", "disk_full")
+    return HubError(f"fetching {what} failed: {type(exc).__name__}: {exc}", "network")
 
 
 def _offline_message(repo: str) -> str:
