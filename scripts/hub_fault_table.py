@@ -261,6 +261,17 @@ def hostile(trial: Trial, row: Row, setup, revision: str = "main") -> None:
     row.lost += trial.data_lost(revision if revision else "main")
 
 
+def endless_listing(trial: Trial, row: Row) -> None:
+    trial.hub.endless_listing, trial.hub.endless_cap = True, 256 << 20  # past the client's 64 MB bound
+    row.tried += 1
+    events = trial.fetch()
+    trial.hub.wait_idle(30)
+    sent = max(e.bytes_sent for e in trial.hub.requests() if e.kind == "api")
+    row.notes.append(f"server got {sent >> 20} MB out before the client hung up")
+    row.handled += failed_with(events, "unsafe", REPO, "listing") and sent < trial.hub.endless_cap
+    row.lost += trial.data_lost()
+
+
 def full_disk(trial: Trial, row: Row) -> bool:
     from tests.engine.full_disk import run_on_full_disk, tmpfs_available
 
@@ -320,7 +331,7 @@ def main() -> int:
         for _ in range(args.repeat):
             run(row, fn, rng)
     for name, fn in (("endless body", endless_body), ("Content-Length past the end", overlong_declared),
-                     ("corrupted bytes", corrupted_bytes)):
+                     ("endless file listing (model info)", endless_listing), ("corrupted bytes", corrupted_bytes)):
         rows.append(row := Row(name))
         for _ in range(args.repeat):
             run(row, fn)

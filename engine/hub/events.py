@@ -21,7 +21,8 @@ FailureKind = Literal[
     "cancelled",  # the caller set the cancel event
     "mismatch",   # the drafter's tokenizer differs from the target's (and cross_tokenizer is off)
     "network",    # the connection broke or timed out and retries did not help
-    "unsafe",     # a name the Hub sent (commit, file, hash) or a revision asked for would not stay in the cache
+    "unsafe",     # the Hub's answer is refused: a name (commit, file, hash) that is not of the Hub's form or
+                  # would leave the cache, a listing past its bounds; or the revision asked for is not valid
 ]
 
 

@@ -25,11 +25,11 @@ from engine.hub.files import (
     HubFile,
     NoUsableWeights,
     byte_count,
-    files_from_listing,
     find_sidecar,
     select_files,
 )
-from engine.hub.safe_names import COMMIT, UnsafeName, commit_id
+from engine.hub.listing import fetch_listing
+from engine.hub.safe_names import UnsafeName
 from engine.hub.safe_names import revision as checked_revision
 from engine.hub.transfer import (
     METADATA_TIMEOUT_S,
@@ -235,14 +235,10 @@ class _Planner:
         if key not in self._listings:
             if is_offline():
                 raise HubError(_offline_message(repo), "offline")
-            from huggingface_hub import HfApi
             from huggingface_hub.utils import validate_repo_id
 
             validate_repo_id(repo)
-            info = HfApi(endpoint=self.endpoint, token=self.token).model_info(
-                repo, revision=revision, files_metadata=True, timeout=METADATA_TIMEOUT_S)
-            commit = _listed_commit(info.sha, repo, revision)
-            self._listings[key] = (commit, files_from_listing(info.siblings or [], repo), info.gated)
+            self._listings[key] = fetch_listing(self.endpoint, self.token, repo, revision, METADATA_TIMEOUT_S)
         return self._listings[key]
 
     def exists(self, repo: str) -> bool:
@@ -285,15 +281,6 @@ class _Planner:
         if gated:
             self._check_access(repo, commit, files[0])
         return RepoDownload(repo, revision, commit, subfolder, files, precision)
-
-
-def _listed_commit(sha: object, repo: str, revision: str) -> str:
-    """The commit a listing reports, checked: it names the snapshot folder, and a commit asked
-    for by id must be the one answered."""
-    commit = commit_id(sha, repo)
-    if COMMIT.fullmatch(revision) and commit != revision:
-        raise UnsafeName(f"{repo}: asked for commit {revision} but the Hub answered commit {commit}; refusing it.")
-    return commit
 
 
 def _choose_drafter(planner: _Planner, target: RepoDownload, entry, drafter_repo: str | None

@@ -63,7 +63,8 @@ class TransferFailed(Exception):
     """The connection kept failing or stalling for one file; its partial file is kept."""
 
 
-def _http():
+def http_library():
+    """The HTTP client library huggingface_hub uses (httpx2 in 2.x, httpx in 1.x)."""
     try:
         import httpx2 as http
     except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
@@ -73,7 +74,7 @@ def _http():
 
 def transport_errors() -> tuple[type[BaseException], ...]:
     """The HTTP client's connection-level errors (huggingface_hub 2.x uses httpx2, 1.x httpx)."""
-    return (_http().TransportError,)
+    return (http_library().TransportError,)
 
 
 @dataclass
@@ -308,7 +309,7 @@ def _stream_with_retries(t: Transfer, url: str, headers: dict, partial: Path, f:
 
 def _gave_up(exc: Exception, label: str, failures: int, partial: Path, f: HubFile) -> str:
     kept = partial.stat().st_size if partial.exists() else 0
-    if isinstance(exc, _http().TimeoutException):
+    if isinstance(exc, http_library().TimeoutException):
         why = f"the server stopped sending (no data for {READ_TIMEOUT_S:g} s"
     else:
         why = f"the connection failed ({type(exc).__name__}: {exc}"

@@ -85,6 +85,9 @@ def handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             repo = self._repo_at(repo_id, rev, head)
             if repo is None:
                 return self._log("api", repo_id, None, 404)
+            if hub.endless_listing and not head:
+                return self._endless(b'{"siblings": [' + b" " * 64, 200, {"Content-Type": "application/json"}, "api",
+                                     repo_id, None)
             siblings = []
             for f in repo.files.values():
                 listed = hub.listed_hash_as.get(f.sha256)
@@ -192,7 +195,8 @@ def handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 with hub._lock:
                     hub._sending -= 1
 
-        def _endless(self, part: bytes, status: int, headers: dict[str, str], kind: str, repo_id: str, f: ServedFile) -> None:
+        def _endless(self, part: bytes, status: int, headers: dict[str, str], kind: str, repo_id: str,
+                     f: ServedFile | None) -> None:
             """The file, then zeros until the client hangs up (or ``endless_cap``): no
             Content-Length, the end of the body is the end of the connection."""
             self.close_connection = True
@@ -206,14 +210,14 @@ def handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             try:
                 self.wfile.write(part)
                 sent = len(part)
-                filler = bytes(SEND_CHUNK)
+                filler = bytes(SEND_CHUNK) if f is not None else b" " * SEND_CHUNK  # a listing stays JSON-ish
                 while sent < hub.endless_cap:
                     self.wfile.write(filler)
                     sent += len(filler)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client stopped reading: what a careful client does
             finally:
-                self._log(kind, repo_id, f.path, status, sent)
+                self._log(kind, repo_id, f.path if f is not None else None, status, sent)
                 with hub._lock:
                     hub._sending -= 1
 

@@ -107,6 +107,7 @@ class FakeHub:
     endless: set[str] = field(default_factory=set)    # sha256 of files whose body never ends (no Content-Length)
     endless_cap: int = 64 << 20                       # ...well, ends after this many bytes, so a broken client cannot fill the disk
     stalls: dict[str, Stall] = field(default_factory=dict)  # sha256 -> stall its next bodies
+    endless_listing: bool = False                     # the model-info answer never ends (up to endless_cap)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()

@@ -273,6 +273,21 @@ def test_surplus_bytes_past_the_content_length_are_never_read(fake_hub):
     assert hashlib.sha256(data).hexdigest() == fake_hub.file(TARGET, WEIGHTS).sha256
 
 
+def test_an_endless_listing_is_refused_without_reading_it_all(fake_hub, monkeypatch):
+    from engine.hub import listing
+
+    monkeypatch.setattr(listing, "MAX_LISTING_BYTES", 1 << 20)
+    fake_hub.endless_listing = True
+
+    with pytest.raises(HubError) as err:
+        plan_download(TARGET, drafter=False)
+
+    assert err.value.kind == "unsafe" and TARGET in str(err.value) and "listing" in str(err.value)
+    fake_hub.wait_idle()
+    sent = max(e.bytes_sent for e in fake_hub.requests() if e.kind == "api")
+    assert sent < 16 << 20 < fake_hub.endless_cap  # the client hung up soon after its bound
+
+
 # --- a server that stops sending ------------------------------------------------------------------
 
 def test_a_stall_times_out_and_the_same_download_resumes(fake_hub, monkeypatch):
