@@ -75,15 +75,13 @@ struct Q4K {
   }
 
   template <int MR>
-  static void finish(const __m256i* acc, __m128i mins, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mn, int stride) {
-    for (int r = 0; r < MR; ++r) {
-      s[r * stride] = acc[r];
-      mn[r * stride] = _mm_madd_epi16(mins, load128(in.sums32(m0 + r) + b * 8));
-    }
+  static void finish(const __m256i* acc, __m128i mins, __m256i* s, __m128i* mins_out, int stride) {
+    for (int r = 0; r < MR; ++r) s[r * stride] = acc[r];
+    *mins_out = mins;
   }
 
   template <int MR>
-  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mn, int stride) {
+  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mins, int stride) {
     const __m256i sm = _mm256_cvtepu8_epi16(tandem_gguf::k_scales_mins(blk + 4));
     const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -93,7 +91,7 @@ struct Q4K {
       const __m256i bytes = load256(blk + 16 + 32 * p);
       pair<MR>(_mm256_and_si256(bytes, m4), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4), scales, p, in, b * 256, m0, acc);
     }
-    finish<MR>(acc, _mm256_extracti128_si256(sm, 1), in, b, m0, s, mn, stride);
+    finish<MR>(acc, _mm256_extracti128_si256(sm, 1), s, mins, stride);
   }
 };
 
@@ -101,7 +99,7 @@ struct Q5K : Q4K {
   static constexpr int kBytes = 176;
 
   template <int MR>
-  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mn, int stride) {
+  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mins, int stride) {
     const __m256i sm = _mm256_cvtepu8_epi16(tandem_gguf::k_scales_mins(blk + 4));
     const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);
     const __m256i m4 = _mm256_set1_epi8(0x0F), m1 = _mm256_set1_epi8(1);
@@ -116,7 +114,7 @@ struct Q5K : Q4K {
       const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4), hh);
       pair<MR>(lo, hi, scales, p, in, b * 256, m0, acc);
     }
-    finish<MR>(acc, _mm256_extracti128_si256(sm, 1), in, b, m0, s, mn, stride);
+    finish<MR>(acc, _mm256_extracti128_si256(sm, 1), s, mins, stride);
   }
 };
 

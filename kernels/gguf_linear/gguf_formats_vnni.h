@@ -34,9 +34,9 @@ inline __m512i nibbles64(const uint8_t* p) {
   return _mm512_and_si512(_mm512_srlv_epi64(bytes, shift), _mm512_set1_epi8(0x0F));
 }
 
-// The scale of each int16 word of packs(dot(a), dot(b)), where a, b are 64 values each made of
-// sub-blocks of ``width`` (32 for Q4_K/Q5_K, 16 for Q6_K): word w of 128-bit lane q holds lane
-// 4q + (w & 3) of a (w < 4) or of b; a's lane l covers values 4l.., so sub-block 4l / width.
+// The scale of each int16 word of packs(dot(a), dot(b)) for 64 + 64 values a, b: word w of
+// 128-bit lane q holds int32 lane 4q + (w & 3) of a (w < 4) or of b, each lane 4 values of one
+// sub-block.
 // Tables known at compile time (a vpermw index per half super-block).
 struct ScaleIndex {
   alignas(64) int16_t idx[4][32];  // [Q4_K/Q5_K h = 0, 1; Q6_K h = 0, 1]
@@ -45,12 +45,15 @@ struct ScaleIndex {
 constexpr ScaleIndex make_scale_index() {
   ScaleIndex s{};
   for (int t = 0; t < 4; ++t) {
-    const int width = t < 2 ? 32 : 16, h = t & 1;
-    const int a_first = width == 32 ? 4 * h : 8 * h, b_first = a_first + (width == 32 ? 2 : 4);
+    const int h = t & 1;
     for (int q = 0; q < 4; ++q)
       for (int w = 0; w < 8; ++w) {
         const int lane = 4 * q + (w & 3);
-        s.idx[t][8 * q + w] = static_cast<int16_t>((w < 4 ? a_first : b_first) + 4 * lane / width);
+        const bool second = w >= 4;  // from b (else a)
+        // Q4_K/Q5_K: a = sub-blocks [4h | 4h+2] (lanes 0-7 | 8-15), b = [4h+1 | 4h+3];
+        // Q6_K: a = sub-blocks 8h .. 8h+3 (4 lanes each), b = 8h+4 .. 8h+7.
+        const int sub = t < 2 ? 4 * h + (lane >= 8 ? 2 : 0) + (second ? 1 : 0) : 8 * h + (second ? 4 : 0) + lane / 4;
+        s.idx[t][8 * q + w] = static_cast<int16_t>(sub);
       }
   }
   return s;
@@ -70,38 +73,36 @@ inline __m512i scaled_dot(__m512i acc, __m512i a, __m512i b, const int8_t* x, __
 inline __m256i fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
 
 template <bool kFive>
-struct QK {  // Q4_K, Q5_K
+struct QK {  // Q4_K, Q5_K: inputs interleaved (Inputs::pairs)
   static constexpr int kValues = 256, kBytes = kFive ? 176 : 144, kOffset = 0, kMins = 1, kHalves = 0;
   static constexpr bool kDHigh = false, kNegate = true;
 
-  // Values 64p .. 64p+63 (sub-blocks 2p, 2p+1).
-  static __m512i codes(const uint8_t* blk, int p, __m512i high) {
-    __m512i q = nibbles64(blk + (kFive ? 48 : 16) + 32 * p);
-    if constexpr (kFive) {
-      const __m512i shift = _mm512_setr_epi64(2 * p, 2 * p, 2 * p, 2 * p, 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
-      const __m512i bit = _mm512_and_si512(_mm512_srlv_epi64(high, shift), _mm512_set1_epi8(1));
-      q = _mm512_or_si512(q, _mm512_slli_epi16(bit, 4));
-    }
-    return q;
-  }
-
   template <int MR>
-  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mn, int stride) {
+  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mins, int stride) {
     const __m256i sm = _mm256_cvtepu8_epi16(tandem_gguf::k_scales_mins(blk + 4));  // scales 0..7, mins 0..7
     const __m512i sm512 = _mm512_castsi256_si512(sm);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
     const __m512i high = kFive ? _mm512_broadcast_i64x4(load256(blk + 16)) : _mm512_setzero_si512();
     __m512i acc[MR];
     for (int r = 0; r < MR; ++r) acc[r] = _mm512_setzero_si512();
-    for (int h = 0; h < 2; ++h) {  // values 128h ..: sub-blocks 4h .. 4h+3
-      const __m512i a = codes(blk, 2 * h, high), c = codes(blk, 2 * h + 1, high);
+    for (int h = 0; h < 2; ++h) {
+      // 64 bytes: the low nibbles are sub-blocks 4h and 4h+2, the high ones 4h+1 and 4h+3 (the
+      // inputs come interleaved to match: gguf_inputs.h).
+      const __m512i v = load512(blk + (kFive ? 48 : 16) + 64 * h);
+      __m512i a = _mm512_and_si512(v, m4), c = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      if constexpr (kFive) {
+        const int j = 4 * h;  // bit j of qh byte l: the fifth bit of sub-block j's value l
+        const __m512i shift_a = _mm512_setr_epi64(j, j, j, j, j + 2, j + 2, j + 2, j + 2);
+        const __m512i shift_c = _mm512_setr_epi64(j + 1, j + 1, j + 1, j + 1, j + 3, j + 3, j + 3, j + 3);
+        const __m512i one = _mm512_set1_epi8(1);
+        a = _mm512_or_si512(a, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(high, shift_a), one), 4));
+        c = _mm512_or_si512(c, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi64(high, shift_c), one), 4));
+      }
       const __m512i scales = _mm512_permutexvar_epi16(packed_scale_index(h), sm512);
       for (int r = 0; r < MR; ++r) acc[r] = scaled_dot(acc[r], a, c, in.row(m0 + r) + b * 256 + 128 * h, scales);
     }
-    const __m128i mins = _mm256_extracti128_si256(sm, 1);
-    for (int r = 0; r < MR; ++r) {
-      s[r * stride] = fold(acc[r]);
-      mn[r * stride] = _mm_madd_epi16(mins, load128(in.sums32(m0 + r) + b * 8));
-    }
+    for (int r = 0; r < MR; ++r) s[r * stride] = fold(acc[r]);
+    *mins = _mm256_extracti128_si256(sm, 1);
   }
 };
 

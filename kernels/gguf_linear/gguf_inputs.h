@@ -53,7 +53,10 @@ inline int16_t sum16(const int8_t* q) {
 }
 
 // amax = max |x|; iscale = 127 / amax; xq = round(x * iscale); dx = amax / 127 (0 where amax = 0).
-inline void quantize_inputs(const float* X, int64_t M, int64_t K, int64_t QB, Inputs& in) {
+// ``interleave``: xq's 32-value chunks stored in the order A C B D per 128 (the sums stay in the
+// values' order), as the VNNI Q4_K / Q5_K tiles read their nibbles: one 64-byte load of codes
+// holds sub-blocks A and C in its low nibbles, B and D in its high ones.
+inline void quantize_inputs(const float* X, int64_t M, int64_t K, int64_t QB, Inputs& in, bool interleave = false) {
   in.K = K;
   in.QB = QB;
   in.blocks = K / QB;
@@ -84,6 +87,13 @@ inline void quantize_inputs(const float* X, int64_t M, int64_t K, int64_t QB, In
     for (int64_t j = 0; j < K / 16; ++j) in.xs16[m * (K / 16) + j] = sum16(q + 16 * j);
     for (int64_t j = 0; j < K / 32; ++j)
       in.xs32[m * (K / 32) + j] = static_cast<int16_t>(in.xs16[m * (K / 16) + 2 * j] + in.xs16[m * (K / 16) + 2 * j + 1]);
+    if (interleave)
+      for (int64_t c = 0; c + 128 <= K; c += 128) {
+        int8_t* chunk = in.q.data() + m * K + c;
+        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 32));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + 32), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(chunk + 64)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(chunk + 64), b);
+      }
   }
 }
 

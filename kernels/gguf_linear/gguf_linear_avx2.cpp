@@ -41,8 +41,9 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor raw, int64_t qtype, int64_t 
     B = bf.data_ptr<float>();
   }
   Inputs in;
-  quantize_inputs(xf.data_ptr<float>(), M, K, QB, in);
-  const bool done = use_vnni()
+  const bool vnni = use_vnni();
+  quantize_inputs(xf.data_ptr<float>(), M, K, QB, in, vnni && (qtype == Q4_K || qtype == Q5_K));
+  const bool done = vnni
       ? tandem_gguf_vnni::dispatch(qtype, tandem_gguf_vnni::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>()}, M)
       : tandem_gguf_avx2::dispatch(qtype, tandem_gguf_avx2::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>()}, M);
   TORCH_CHECK(done, "gguf linear: unsupported type ", qtype);
