@@ -36,6 +36,10 @@ def load_session(args, need_drafter=True):
     from engine.session.session import Session
 
     target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter)
+    if args.precision is None:  # a GGUF target runs its own quantization; a folder, bf16
+        from engine.gguf import is_gguf
+
+        args.precision = "file" if is_gguf(target) else "fast"
     options = DrafterOptions(head=args.drafter_head, precision=args.drafter_precision, vocab_size=args.draft_vocab_size,
                              min_confidence=args.min_confidence, lookup=not args.no_lookup)
     print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "") + f" ({args.precision})", file=sys.stderr)
@@ -52,14 +56,16 @@ def human_size(n: float) -> str:
 
 def model_options(p: argparse.ArgumentParser) -> None:
     """The options of every subcommand that loads a target and drafter."""
-    p.add_argument("--precision", choices=["exact", "fast", "int8", "int4"], default="fast",
+    p.add_argument("--precision", choices=["exact", "fast", "int8", "int4", "file"], default=None,
                    help="exact: fp32, greedy output token-identical; fast: bf16; int8 / int4: the target's weights"
                         " quantized (smaller, faster on a CPU, output different from bf16; int8 layers round their inputs"
                         " to int16, int4 ones to int8 as llama.cpp's Q4 formats do, and int4 changes the model"
                         " more; speculation stays"
-                        " token-identical to plain decoding of the quantized target)")
-    p.add_argument("--target", help="model folder (default: the offline Qwen2.5-Coder 1.5B)")
-    p.add_argument("--drafter-model", help="draft model folder, or a Gemma 4 -assistant folder for a Gemma 4"
+                        " token-identical to plain decoding of the quantized target); file: a .gguf target's own"
+                        " quantization, computed from the file's blocks (the default for a .gguf target; fast"
+                        " otherwise)")
+    p.add_argument("--target", help="model folder or .gguf file (default: the offline Qwen2.5-Coder 1.5B)")
+    p.add_argument("--drafter-model", help="draft model folder or .gguf file, or a Gemma 4 -assistant folder for a Gemma 4"
                                            " target (default: Qwen2.5-Coder 0.5B)")
     p.add_argument("--drafter", choices=["model", "lookup", "mtp"], default="model",
                    help="model: --drafter-model (a draft model or Gemma 4 assistant); lookup: prompt lookup;"

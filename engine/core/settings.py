@@ -10,8 +10,10 @@ Mode = Literal["greedy", "sample"]
 # bf16; speculation on it stays token-identical to plain decoding of the same int8 target);
 # int4: 4-bit weights with int8-quantized inputs per layer (llama.cpp's Q4_1 x Q8_1 recipe;
 # smaller and faster still, output further from bf16; speculation on it stays token-identical).
-Precision = Literal["exact", "fast", "int8", "int4"]
-PRECISIONS: tuple[str, ...] = ("exact", "fast", "int8", "int4")
+# file: a GGUF target's own quantization, computed from the file's blocks (engine.gguf; fp32
+# activations, quantized per block as llama.cpp does; speculation stays token-identical).
+Precision = Literal["exact", "fast", "int8", "int4", "file"]
+PRECISIONS: tuple[str, ...] = ("exact", "fast", "int8", "int4", "file")
 DraftHead = Literal["pruned", "full"]
 DrafterPrecision = Literal["auto", "int8", "int4", "bf16", "fp32"]
 

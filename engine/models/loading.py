@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from engine.core.settings import Precision
+from engine.gguf import is_gguf
 from engine.models.fast_linear import accelerate_linears
 from engine.models.invariant_attention import use_batch_invariant_attention
 from engine.models.placement import check_fits, dtype_for, pick_device, weights_name  # noqa: F401  (pick_device, dtype_for: re-exported)
@@ -40,6 +41,7 @@ class LoadedModel:
     seconds: float
     weights: str = ""
     from_cache: bool = False
+    quantization: str = ""  # weights "file" (a GGUF model): how the file holds them, e.g. "Q4_K_M"
 
 
 def read_config(path: Path) -> dict:
@@ -64,6 +66,8 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
+    if is_gguf(path) or precision == "file" and role == "target":
+        return _load_gguf(path, precision, device, role, with_tokenizer)
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} is not a model folder (no config.json)")
     if weights is not None and role != "drafter":
@@ -104,6 +108,26 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     held = weights or {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
     log.info("loaded %s on %s, %s weights%s, in %.1fs", path.name, dev, held, " (cached)" if from_cache else "", seconds)
     return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds, held, from_cache)
+
+
+def _load_gguf(path: Path, precision: Precision, device: str, role: str, with_tokenizer: bool) -> LoadedModel:
+    """A GGUF file computes on its own quantized weights, memory-mapped (engine.gguf), on the
+    CPU: precision "file" for a target (a drafter's weights never change the output)."""
+    from engine.gguf.loader import load_gguf
+
+    if role == "target" and not is_gguf(path):
+        raise ValueError(f"precision 'file' runs a GGUF file's own quantization, and {path.name} is not a .gguf file "
+                         "(a model folder runs at fast, exact, int8 or int4)")
+    if role == "target" and precision != "file":
+        raise ValueError(f"{path.name} is a GGUF file: it runs at precision 'file' (its own quantization), not {precision!r}")
+    if device not in ("auto", "cpu"):
+        raise ValueError(f"{path.name}: GGUF models run on the CPU only, not on {device}")
+    loaded = load_gguf(path, with_tokenizer)
+    if role == "target":
+        use_batch_invariant_attention(loaded.model)  # with the batch-invariant GGUF linears
+    return LoadedModel(path.name, loaded.model, loaded.tokenizer, torch.device("cpu"), torch.float32, loaded.seconds,
+                       "file", quantization=loaded.quantization)
+
 
 
 def release_freed_memory() -> None:

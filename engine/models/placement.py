@@ -75,10 +75,10 @@ def dtype_for(precision: Precision, device: torch.device, bf16: bool | None = No
     speculation is then token-identical to plain). fast: bfloat16 where ``bf16`` (default:
     ``bf16_supported(device)``), else float16. int8: float32 activations around int8 weights
     (the int8 kernel reads fp32 rows natively)."""
-    if precision in ("exact", "int8", "int4"):
+    if precision in ("exact", "int8", "int4", "file"):  # file: a GGUF model's kernels read fp32 rows
         return torch.float32
     if precision != "fast":
-        raise ValueError(f"precision must be 'exact', 'fast', 'int8' or 'int4', not {precision!r}")
+        raise ValueError(f"precision must be 'exact', 'fast', 'int8', 'int4' or 'file', not {precision!r}")
     if bf16 is None:
         bf16 = bf16_supported(device)
     return torch.bfloat16 if bf16 else torch.float16

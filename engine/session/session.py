@@ -18,6 +18,7 @@ from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_con
 from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.drafters.reduced_head import ReducedHead
+from engine.gguf import is_gguf
 from engine.models.loading import LoadedModel, drafter_weights, load_model, read_config, same_vocabulary
 from engine.models.placement import check_fits, dtype_for, pick_device, weights_name
 from engine.models.runner import ModelRunner
@@ -37,6 +38,10 @@ def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | N
     if options.head == "full" and not int8:
         return None
     ids = load_subset(drafter.tokenizer, options.vocab_size) if options.head == "pruned" else None
+    if drafter.weights == "file":  # a GGUF drafter: its full head is the file's rows, a pruned one int8 rows
+        from engine.drafters.gguf_head import GgufReducedHead
+
+        return None if ids is None else GgufReducedHead(drafter.model.get_output_embeddings(), ids)
     return ReducedHead(drafter.model.get_output_embeddings().weight, ids, int8=int8)
 
 
@@ -73,13 +78,17 @@ class Session:
     def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto",
              drafter_options: DrafterOptions | None = None) -> "Session":
         options = drafter_options or DrafterOptions()
+        if is_gguf(target_path):
+            if device not in ("auto", "cpu"):
+                raise ValueError(f"{Path(target_path).name}: GGUF models run on the CPU only, not on {device}")
+            device = "cpu"  # a GGUF model's kernels (and its drafter) run on the CPU
         dev = pick_device(device)
         if dev.type != "cpu":  # both models together, before either is loaded
             check_fits(Path(target_path), Path(drafter_path) if drafter_path else None, dtype_for(precision, dev), dev,
                        weights=weights_name(precision, dev))
         target = load_model(target_path, precision, str(dev), check_memory=False)
         drafter = None
-        if drafter_path and is_assistant_config(read_config(drafter_path)):
+        if drafter_path and not is_gguf(drafter_path) and is_assistant_config(read_config(drafter_path)):
             from transformers import AutoConfig
 
             # Refuse a mismatched assistant before loading its weights.
@@ -98,7 +107,7 @@ class Session:
     def precision(self) -> str:
         import torch
 
-        if self.target.weights in ("int8", "int4"):
+        if self.target.weights in ("int8", "int4", "file"):
             return self.target.weights
         return "exact" if self.target.dtype == torch.float32 else "fast"
 
