@@ -13,6 +13,9 @@ class Key(str, Enum):
     TAB = "window/tab"
     DEMO_PROMPT = "demo/prompt"
     CHAT_DRAFT = "chat/draft"
+    CHAT_SETTINGS = "chat/settings"  # the settings panel's values, as a preset's JSON
+    CHAT_CTRL_ENTER = "chat/ctrl_enter_sends"
+    CHAT_PANEL_OPEN = "chat/settings_panel_open"
     DRAFTER = "decode/drafter"
     DRAFT_LENGTH = "decode/draft_length"
     MODE = "decode/mode"

@@ -22,10 +22,25 @@ class _Strict(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
 
 
+class ReplyMetaSchema(_Strict):
+    """What a reply was made with and how fast: shown on hover, kept for later comparison."""
+
+    tok_per_s: float = 0.0
+    new_tokens: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance: float = 0.0
+    model: str = ""
+    drafter: str = ""
+    precision: str = ""
+    finish: str = ""  # eos, max_new_tokens, stop_string, cancelled
+
+
 class MessageSchema(_Strict):
     role: Literal[ROLES]  # a tuple subscript is the same as listing the values
     content: str
     stats: str = ""  # the reply's speed line, shown under it
+    meta: ReplyMetaSchema | None = None  # added later: older files have none
 
 
 class ConversationSchema(_Strict):
@@ -34,6 +49,7 @@ class ConversationSchema(_Strict):
     created: float
     updated: float
     messages: list[MessageSchema]
+    system_prompt: str = ""  # added later: older files have none (no system message)
 
 
 def validate(raw: object) -> dict:

@@ -53,14 +53,17 @@ class Conversation:
     title: str = "New chat"
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
-    messages: list[dict] = field(default_factory=list)  # {"role", "content", optional "stats"}
+    messages: list[dict] = field(default_factory=list)  # {"role", "content", optional "stats", "meta"}
+    #: Sent as the chat template's system message before the turns (none when empty).
+    system_prompt: str = ""
     #: Top-level fields this version does not know (written by a newer Tandem): kept as they were
     #: and written back on save, so opening a chat in an older version never drops them.
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     def chat_messages(self) -> list[dict]:
-        """What the model sees: roles and contents only."""
-        return [{"role": m["role"], "content": m["content"]} for m in self.messages]
+        """What the model sees: the system prompt, then roles and contents only."""
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt.strip() else []
+        return system + [{"role": m["role"], "content": m["content"]} for m in self.messages]
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -102,17 +105,7 @@ class ConversationStore:
         raw = conversation.to_json()
         validate(raw)  # never write what the next start would have to set aside
         data = json.dumps(raw, ensure_ascii=False, indent=1, allow_nan=False)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_directory(self.directory)  # the rename itself survives a power cut
+        _write_atomically(self.directory, target, data.encode("utf-8"))
 
     def load_all(self) -> list[Conversation]:
         """Newest first. Files that fail validation are set aside (see ``set_aside``) and skipped."""
@@ -133,8 +126,21 @@ class ConversationStore:
         self.set_aside = tuple(set_aside)
         return sorted(out, key=lambda c: c.updated, reverse=True)
 
-    def delete(self, conversation_id: str) -> None:
-        self.path(conversation_id).unlink(missing_ok=True)
+    def delete(self, conversation_id: str) -> bytes | None:
+        """Remove the file; returns its bytes (None if there was none) so it can be put back."""
+        path = self.path(conversation_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        path.unlink(missing_ok=True)
+        return data
+
+    def restore(self, conversation_id: str, data: bytes) -> Conversation:
+        """Put a deleted file back byte for byte (undo), atomically; returns it loaded."""
+        target = self.path(conversation_id)
+        _write_atomically(self.directory, target, data)
+        return self._load(target)
 
     def remove_stale_temporaries(self, max_age_s: float = STALE_TEMPORARY_S) -> list[Path]:
         """Remove the temporaries killed saves left behind; returns the paths removed."""
@@ -197,6 +203,20 @@ def describe_set_aside(set_aside: tuple[SetAside, ...] | list[SetAside], shown: 
     if len(moved) < n:
         text += f" {n - len(moved)} could not be renamed and {'were' if n - len(moved) != 1 else 'was'} left in {where}."
     return text + " The log says why."
+
+
+def _write_atomically(directory: Path, target: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_directory(directory)  # the rename itself survives a power cut
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -6,6 +6,7 @@ import time
 from enum import Enum
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -25,6 +26,7 @@ from app.conversations import ConversationStore, describe_set_aside
 from app.demo_view import DemoView
 from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, MachineReport, ModelLoaded, Progress
 from app.models_view import ModelsView, human_bytes
+from app.presets import PresetStore, describe_skipped
 from app.stall import StallMonitor
 from app.worker import EngineHost
 from engine.core.events import Failed
@@ -100,7 +102,7 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.models = ModelsView()
         self.demo = DemoView()
-        self.chat = ChatView(ConversationStore(data_dir() / "conversations"), self.demo.controls)
+        self.chat = ChatView(ConversationStore(data_dir() / "conversations"), PresetStore(data_dir() / "presets"), self.settings)
         self.tabs.addTab(self.models, "Models")
         self.tabs.addTab(self.demo, "Side by side")
         self.tabs.addTab(self.chat, "Chat")
@@ -120,7 +122,8 @@ class MainWindow(QMainWindow):
         col.addLayout(header)
         col.addWidget(self.banner)
         col.addWidget(self.storage_notice)
-        if notice := describe_set_aside(self.chat.store.set_aside):
+        notices = (describe_set_aside(self.chat.store.set_aside), describe_skipped(self.chat.presets.skipped))
+        if notice := " ".join(n for n in notices if n):
             self.storage_notice.show_error(notice)
         col.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
@@ -152,6 +155,9 @@ class MainWindow(QMainWindow):
         self.models.load_requested.connect(self.load_entry)
         self.models.download_requested.connect(self.download_entry)
         self.models.context_changed.connect(self._context_changed)
+        # Chat shortcuts work from any tab: they bring the chat forward.
+        QShortcut(QKeySequence.StandardKey.New, self, lambda: self._to_chat(self.chat.new_chat))
+        QShortcut(QKeySequence("Ctrl+K"), self, lambda: self._to_chat(self.chat.focus_search))
 
         self._restore()
         self.probe()
@@ -190,6 +196,7 @@ class MainWindow(QMainWindow):
         s.set(Key.PRECISION, c.precision.currentData())
         s.set(Key.MAX_NEW_TOKENS, c.max_new_tokens.value())
         s.set(Key.CONTEXT, self.models.context.currentData())
+        self.chat.save_state()
         if self.loaded is not None:
             s.set(Key.MODEL_TARGET, self.loaded.target_path)
             s.set(Key.MODEL_DRAFTER, self.loaded.drafter_path)
@@ -257,6 +264,10 @@ class MainWindow(QMainWindow):
     def run_chat(self, messages, settings, drafter: str) -> None:
         if not self._submit("chat", jobs.chat(messages, settings, drafter)):
             self.chat.job_ended()
+
+    def _to_chat(self, action) -> None:
+        self.tabs.setCurrentWidget(self.chat)
+        action()
 
     def cancel(self) -> None:
         if self.active_job is not None:
@@ -346,7 +357,7 @@ class MainWindow(QMainWindow):
         self.drafter_note.setVisible(bool(loaded.note))
         self.drafter_note.setText(loaded.note or "")
         self.demo.set_ready(True)
-        self.chat.set_ready(True)
+        self.chat.set_model(loaded)
         self.model_loaded.emit(loaded)
 
     def _fail(self, message: str) -> None:

@@ -14,7 +14,7 @@ def send(qtbot, window, text):
 def test_reply_streams_and_history_survives_a_restart(qtbot, make_window, app_settings):
     window = make_window()
     window.tabs.setCurrentIndex(2)
-    window.demo.controls.max_new_tokens.setValue(24)
+    window.chat.panel.max_new_tokens.setValue(24)
     chunks = []
     window.host.event.connect(lambda e: e.kind == "chat" and chunks.append(e.payload))
     send(qtbot, window, "write add(a, b)")
@@ -37,8 +37,8 @@ def test_reply_streams_and_history_survives_a_restart(qtbot, make_window, app_se
 
 def test_regenerate_replaces_the_last_reply(qtbot, make_window):
     window = make_window()
-    window.demo.controls.max_new_tokens.setValue(16)
-    window.demo.controls.mode.setCurrentIndex(window.demo.controls.mode.findData("sample"))
+    window.chat.panel.max_new_tokens.setValue(16)
+    window.chat.panel.temperature.setValue(0.8)  # above 0: sampled
     send(qtbot, window, "hello there")
     assert window.chat.regenerate_button.isEnabled()
     window.chat.regenerate_button.click()
@@ -49,7 +49,7 @@ def test_regenerate_replaces_the_last_reply(qtbot, make_window):
 
 def test_stop_keeps_the_partial_reply_and_the_question(qtbot, make_window):
     window = make_window()
-    window.demo.controls.max_new_tokens.setValue(4000)
+    window.chat.panel.max_new_tokens.setValue(4000)
     window.chat.input.setPlainText("tell me a long story")
     window.chat.send_button.click()
     qtbot.waitUntil(lambda: window.chat.streaming and len(window.chat.streaming["content"]) > 5, timeout=60_000)

@@ -1,0 +1,190 @@
+"""The chat transcript: finished turns rendered once, the streaming reply re-rendered alone.
+
+One QTextDocument holds the conversation. A full render (``render_turns``) happens when a chat is
+opened or a turn ends. While a reply streams, ``stream`` touches only the reply's last top-level
+block: the blocks before it are finished (later text cannot change them), so each is rendered
+once and kept, and an update costs one paragraph or code block, not the reply or the conversation.
+
+Links drive the turn actions: ``copy:<message>:<block>`` (a code block's Copy), ``edit:<message>``
+(edit an earlier question), ``stats:<message>`` (a reply's speed line; its tooltip says more).
+"""
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import QEvent, QPoint, QRect, Signal
+from PySide6.QtGui import QColor, QTextCursor, QTextFrameFormat
+from PySide6.QtWidgets import QTextBrowser, QToolTip
+
+from app.markdown_view import code_blocks, finished_blocks, normalized, render_markdown
+
+REPLY_BACKGROUND = "#f1f3f4"
+USER_BACKGROUND = "#e8f0fe"
+EMPTY = ("<p style='color:#888'>Start a conversation. Replies use speculative decoding: "
+         "same text as the model alone, sooner.</p>")
+WAITING = "<i style='color:#999'>…</i>"
+
+
+def user_html(index: int, content: str) -> str:
+    # pre-wrap: HTML would collapse the leading spaces of what the person typed.
+    return (f"<div style='white-space:pre-wrap'>{html.escape(content)}</div>"
+            f"<div align='right'><a href='edit:{index}' style='color:#5f6368; font-size:small'>Edit</a></div>")
+
+
+def footer_html(index: int, note: str) -> str:
+    return (f"<p><a href='stats:{index}' style='color:#888; font-size:small; text-decoration:none'>"
+            f"{html.escape(note)}</a></p>")
+
+
+class Transcript(QTextBrowser):
+    """Each turn is a QTextFrame with a background (a bubble). Frames, not HTML tables: Qt lays a
+    table out again whole at every edit inside it (~30 ms for a long reply, ~300 ms to lay out a
+    long conversation), a frame only from the edit on."""
+
+    copy_requested = Signal(int, int)  # message index, code block index
+    edit_requested = Signal(int)  # message index
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.anchorClicked.connect(self._clicked)
+        self._bubble = None  # the streaming reply's QTextFrame
+        self._stream_index = 0
+        self._frozen_chars = 0  # leading characters of the reply rendered for good
+        self._frozen_blocks = 0  # code blocks among them (the next Copy link's number)
+        self._frozen_text = ""
+        self._tail_pos = 0  # where the unfinished last block's rendering starts
+        self.tooltips: dict[int, str] = {}
+
+    def render_turns(self, messages: list[dict], streaming: str | None = None, tooltips: dict[int, str] | None = None) -> None:
+        """Render the finished turns, and the streaming reply after them when there is one."""
+        self.tooltips = tooltips or {}
+        self.clear()
+        self._bubble = None
+        cursor = QTextCursor(self.document())
+        for i, m in enumerate(messages):
+            if m["role"] == "user":
+                self._insert_bubble(cursor, user_html(i, m["content"]), user=True)
+            else:
+                body = render_markdown(m["content"], i) if m["content"] else WAITING
+                self._insert_bubble(cursor, body + (footer_html(i, m["stats"]) if m.get("stats") else ""), user=False)
+        if streaming is not None:
+            self._bubble = self._insert_bubble(cursor, "", user=False)
+            self._stream_index = len(messages)
+            self._frozen_chars = self._frozen_blocks = 0
+            self._frozen_text = ""
+            self._tail_pos = self._bubble.firstPosition()
+            self.stream(streaming)
+        elif not messages:
+            cursor.insertHtml(EMPTY)
+        self._scroll_to_end()
+
+    def _insert_bubble(self, cursor: QTextCursor, body: str, user: bool):
+        width = max(200, self.viewport().width())
+        fmt = QTextFrameFormat()
+        fmt.setBackground(QColor(USER_BACKGROUND if user else REPLY_BACKGROUND))
+        fmt.setPadding(8)
+        fmt.setBottomMargin(6)
+        fmt.setLeftMargin(width // 5 if user else 0)
+        fmt.setRightMargin(0 if user else width // 10)
+        frame = cursor.insertFrame(fmt)
+        if body:
+            cursor.insertHtml(body)
+        cursor.setPosition(frame.lastPosition() + 1)  # on past the frame, in the document's own block
+        return frame
+
+    def stream(self, text: str) -> None:
+        """Show the streaming reply as ``text``: render newly finished blocks once, then the last one."""
+        if self._bubble is None:
+            return
+        bar = self.verticalScrollBar()
+        follow = bar.value() >= bar.maximum() - 4  # keep following unless the person scrolled up
+        text = normalized(text)
+        rest = text[self._frozen_chars:]
+        done = finished_blocks(rest)
+        cursor = self._select(self._tail_pos, self._bubble.lastPosition())
+        if done:
+            finished = rest[:done]
+            cursor.insertHtml(render_markdown(finished, self._stream_index, self._frozen_blocks))
+            cursor.insertBlock()  # the unfinished block starts a block of its own
+            self._tail_pos = cursor.position()
+            self._frozen_chars += done
+            self._frozen_text += finished
+            self._frozen_blocks += len(code_blocks(finished))
+            rest = rest[done:]
+        cursor.insertHtml(render_markdown(rest, self._stream_index, self._frozen_blocks) if rest.strip() else WAITING)
+        if follow:
+            self._scroll_to_end()
+
+    def finish_stream(self, text: str, note: str, tooltip: str = "") -> bool:
+        """The reply ended: render its last block, add its speed line; the rest stays as it is.
+        False (nothing done) when the final text does not extend what was already rendered for
+        good (the engine trimmed a stop string): the caller renders the conversation again."""
+        if self._bubble is None or not normalized(text).startswith(self._frozen_text):
+            return False
+        self.stream(text)
+        if note:
+            cursor = QTextCursor(self.document())
+            cursor.setPosition(self._bubble.lastPosition())
+            cursor.insertHtml(footer_html(self._stream_index, note))
+        if tooltip:
+            self.tooltips[self._stream_index] = tooltip
+        self._bubble = None
+        return True
+
+    def _select(self, start: int, end: int) -> QTextCursor:
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(start)
+        cursor.setPosition(end, QTextCursor.MoveMode.KeepAnchor)
+        return cursor
+
+    def _scroll_to_end(self) -> None:
+        bar = self.verticalScrollBar()
+        bar.setValue(bar.maximum())
+
+    # --- links --------------------------------------------------------------------------------
+    def _clicked(self, url) -> None:
+        scheme, _, rest = url.toString().partition(":")
+        try:
+            numbers = [int(n) for n in rest.split(":")]
+        except ValueError:
+            return
+        if scheme == "copy" and len(numbers) == 2:
+            self.copy_requested.emit(*numbers)
+        elif scheme == "edit" and len(numbers) == 1:
+            self.edit_requested.emit(numbers[0])
+
+    def anchor_rect(self, href: str) -> QRect | None:
+        """Where the link ``href`` is drawn, in viewport coordinates (scrolled into view)."""
+        block = self.document().begin()
+        while block.isValid():
+            it = block.begin()
+            while not it.atEnd():
+                fragment = it.fragment()
+                if fragment.charFormat().anchorHref() == href:
+                    cursor = QTextCursor(self.document())
+                    cursor.setPosition(fragment.position() + max(0, fragment.length() // 2))
+                    self.setTextCursor(cursor)
+                    self.ensureCursorVisible()
+                    return self.cursorRect(cursor)
+                it += 1
+            block = block.next()
+        return None
+
+    def tooltip_at(self, pos: QPoint) -> str:
+        scheme, _, rest = self.anchorAt(pos).partition(":")
+        if scheme == "stats" and rest.isdigit():
+            return self.tooltips.get(int(rest), "")
+        if scheme == "copy":
+            return "Copy this code block"
+        return ""
+
+    def viewportEvent(self, event) -> bool:
+        if event.type() == QEvent.Type.ToolTip:
+            text = self.tooltip_at(event.pos())
+            if text:
+                QToolTip.showText(event.globalPos(), text, self.viewport())
+            else:
+                QToolTip.hideText()
+            return True
+        return super().viewportEvent(event)
