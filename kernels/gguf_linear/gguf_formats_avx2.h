@@ -60,7 +60,7 @@ inline __m256i dot32(__m256i codes, const int8_t* x) {
 
 struct Q4K {
   static constexpr int kValues = 256, kBytes = 144, kOffset = 0, kMins = 1, kHalves = 0;
-  static constexpr bool kDHigh = false, kNegate = true;
+  static constexpr bool kDHigh = false, kNegate = true, kWholeTile = false;
 
   // Sub-blocks 2p and 2p+1 of codes (lo, hi) times their scales, added to acc.
   template <int MR>
@@ -120,7 +120,7 @@ struct Q5K : Q4K {
 
 struct Q6K {
   static constexpr int kValues = 256, kBytes = 210, kOffset = 0, kMins = 0, kHalves = 206;  // d at 208
-  static constexpr bool kDHigh = true, kNegate = false;
+  static constexpr bool kDHigh = true, kNegate = false, kWholeTile = false;
 
   template <int MR>
   static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i*, int stride) {
@@ -154,7 +154,7 @@ struct Q6K {
 template <int kBlockBytes, int kCodeOffset, int kMinsKind>
 struct Legacy {
   static constexpr int kValues = 32, kBytes = kBlockBytes, kOffset = kCodeOffset, kMins = kMinsKind, kHalves = 0;
-  static constexpr bool kDHigh = false, kNegate = false;
+  static constexpr bool kDHigh = false, kNegate = false, kWholeTile = false;
 };
 
 template <class Codes, class Base>

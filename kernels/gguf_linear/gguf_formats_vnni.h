@@ -75,7 +75,7 @@ inline __m256i fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(
 template <bool kFive>
 struct QK {  // Q4_K, Q5_K: inputs interleaved (Inputs::pairs)
   static constexpr int kValues = 256, kBytes = kFive ? 176 : 144, kOffset = 0, kMins = 1, kHalves = 0;
-  static constexpr bool kDHigh = false, kNegate = true;
+  static constexpr bool kDHigh = false, kNegate = true, kWholeTile = false;
 
   template <int MR>
   static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mins, int stride) {
@@ -108,7 +108,7 @@ struct QK {  // Q4_K, Q5_K: inputs interleaved (Inputs::pairs)
 
 struct Q6K {
   static constexpr int kValues = 256, kBytes = 210, kOffset = 0, kMins = 0, kHalves = 206;  // d at 208
-  static constexpr bool kDHigh = true, kNegate = false;
+  static constexpr bool kDHigh = true, kNegate = false, kWholeTile = false;
 
   template <int MR>
   static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i*, int stride) {
@@ -136,15 +136,39 @@ struct Q6K {
   }
 };
 
+// 4 registers, each [row 2k's 8 int32 lanes | row 2k+1's] -> the 8 rows' lane sums, in order
+// (exact): pairs of 128-bit lanes summed with unpacks, then one permute.
+inline __m256i sum_row_pairs(const __m512i* z) {
+  const __m512i s01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+  const __m512i s23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+  // 128-bit lane q of t: [z0, z1, z2, z3]'s sums over their lane q; q = 0, 1: rows 0, 2, 4, 6
+  // (first, second half), q = 2, 3: rows 1, 3, 5, 7.
+  const __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi64(s01, s23), _mm512_unpackhi_epi64(s01, s23));
+  const __m512i u = _mm512_add_epi32(t, _mm512_shuffle_i64x2(t, t, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi32(order, u));
+}
+
+// The legacy types: S = codes . x per block of 32 (the offset of Q4_0 / Q5_0 / Q8_0 comes after),
+// two rows' blocks to a register against the block's inputs in both halves, so a tile's 8 rows
+// take 4 vpdpbusd and one reduction per input row.
 template <int kBlockBytes, int kCodeOffset, int kMinsKind, class Codes>
 struct Legacy {
   static constexpr int kValues = 32, kBytes = kBlockBytes, kOffset = kCodeOffset, kMins = kMinsKind, kHalves = 0;
-  static constexpr bool kDHigh = false, kNegate = false;
+  static constexpr bool kDHigh = false, kNegate = false, kWholeTile = true;
 
   template <int MR>
-  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i*, int stride) {
-    const __m256i codes = Codes::get(blk);
-    for (int r = 0; r < MR; ++r) s[r * stride] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), codes, load256(in.row(m0 + r) + b * 32));
+  static void tile_sums(const uint8_t* const* rows, int64_t b, const Inputs& in, int64_t m0, __m256i* S) {
+    __m512i codes[4];
+    for (int k = 0; k < 4; ++k)
+      codes[k] = _mm512_inserti64x4(_mm512_castsi256_si512(Codes::get(rows[2 * k] + b * kBytes)),
+                                    Codes::get(rows[2 * k + 1] + b * kBytes), 1);
+    for (int r = 0; r < MR; ++r) {
+      const __m512i x = _mm512_broadcast_i64x4(load256(in.row(m0 + r) + b * 32));
+      __m512i z[4];
+      for (int k = 0; k < 4; ++k) z[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[k], x);
+      S[r] = sum_row_pairs(z);
+    }
   }
 };
 
