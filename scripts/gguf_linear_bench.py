@@ -2,6 +2,7 @@
 the int4 kernel (kernels/int4_linear) at the same shapes in the same run.
 
     python scripts/gguf_linear_bench.py [--threads 2 --rows 1 5 9 53 --types Q4_K Q6_K]
+    python scripts/gguf_linear_bench.py --model drafter      # the 0.5B drafter's shapes, Q5_0 and Q8_0
 
 Weights come from memory, as in a real forward pass (the model is far larger than the caches):
 each timed call uses the next of enough copies to overflow the L3 cache. Prints ms per
@@ -23,9 +24,15 @@ from gguf import GGMLQuantizationType as T
 from kernels import gguf_linear, int4_linear
 from kernels.gguf_linear import blocks
 
-# (name, N, K) of the Qwen2.5-Coder 1.5B target's linear layers.
-SHAPES = [("q/o 1536x1536", 1536, 1536), ("k/v 256x1536", 256, 1536), ("gate/up 8960x1536", 8960, 1536),
-          ("down 1536x8960", 1536, 8960)]
+# (name, N, K) of the default pair's linear layers (Qwen2.5-Coder 1.5B target, 0.5B drafter),
+# and the GGUF types their files hold most.
+SHAPES = {
+    "target": [("q/o 1536x1536", 1536, 1536), ("k/v 256x1536", 256, 1536), ("gate/up 8960x1536", 8960, 1536),
+               ("down 1536x8960", 1536, 8960)],
+    "drafter": [("q/o 896x896", 896, 896), ("k/v 128x896", 128, 896), ("gate/up 4864x896", 4864, 896),
+                ("down 896x4864", 896, 4864)],
+}
+TYPES = {"target": ["Q4_K", "Q6_K"], "drafter": ["Q5_0", "Q8_0"]}
 STREAM_BYTES = 96 << 20  # per variant: past the L3 cache, so that weights come from memory
 
 
@@ -69,23 +76,25 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 5, 9, 53])
-    parser.add_argument("--types", nargs="+", default=["Q4_K", "Q6_K"])
+    parser.add_argument("--model", choices=sorted(SHAPES), default="target")
+    parser.add_argument("--types", nargs="+", help="GGUF types (default: the model's own)")
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if gguf_linear.active_backend() != "cpu_avx2" or int4_linear.active_backend() != "cpu_avx2":
         sys.exit("the compiled kernels are not available here")
     gen = torch.Generator().manual_seed(0)
-    x_all = torch.randn(max(args.rows), 8960, generator=gen)
+    x_all = torch.randn(max(args.rows), max(k for _, _, k in SHAPES[args.model]), generator=gen)
     from kernels.gguf_linear import cpu_avx2
 
     cpu_avx2.gguf_allow_vnni(True)
     tile_sets = ["avx2"] + (["avx512_vnni"] if cpu_avx2.gguf_isa() == "avx512_vnni" else [])
-    print(f"{args.threads} threads, best ms per call of {args.repeats}; GB/s: weight bytes / time at M=1")
+    print(f"{args.model} shapes, {args.threads} threads, best ms per call of {args.repeats}; "
+          f"GB/s: weight bytes / time at M=1")
     head = f"{'':34}" + "".join(f"{'M=' + str(m):>8}" for m in args.rows) + f"{'GB/s':>7}  {'9 rows / 1':>10}"
-    for name, n, k in SHAPES:
+    for name, n, k in SHAPES[args.model]:
         layers = {}
-        for qname in args.types:
+        for qname in args.types or TYPES[args.model]:
             qtype = T[qname]
             raw = random_raw(qtype, n, k, gen)
             layers[f"gguf {qname}"] = ([gguf_linear.prepare(raw.clone(), qtype, n, k) for _ in range(copies(raw.numel()))],

@@ -16,6 +16,7 @@ reference.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -44,9 +45,13 @@ class GgufWeight:
 
 
 def prepare(raw: torch.Tensor, qtype, n: int, k: int) -> GgufWeight:
-    """raw uint8 [N, row_bytes] (a GGUF tensor's data) -> the weight ``linear`` takes."""
+    """raw uint8 [N, row_bytes] (a GGUF tensor's data: a torch tensor, or the numpy memmap
+    gguf.GGUFReader gives, shared, not copied) -> the weight ``linear`` takes."""
     if not isinstance(raw, torch.Tensor):
-        raw = torch.as_tensor(raw)
+        with warnings.catch_warnings():
+            # A read-only memmap: nothing here ever writes to the weights.
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            raw = torch.as_tensor(raw)
     if raw.dim() == 1:  # a flat buffer of n rows
         raw = raw.reshape(n, -1)
     check_raw(raw, qtype, n, k)

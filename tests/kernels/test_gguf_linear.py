@@ -99,6 +99,23 @@ def test_prepare_checks_the_shape_and_keeps_the_bytes():
         gguf_linear.prepare(raw, T.Q2_K, 4, 512)
 
 
+def test_prepare_shares_a_read_only_memory_map(tmp_path):
+    """As gguf.GGUFReader gives a tensor: a numpy memmap of the file, read-only. No copy, no
+    warning (nothing ever writes to the weights)."""
+    import warnings
+
+    raw = random_raw(T.Q6_K, 4, 512, seed=2).numpy()
+    path = tmp_path / "weights.bin"
+    raw.tofile(path)
+    mapped = np.memmap(path, dtype=np.uint8, mode="r", shape=raw.shape)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w = gguf_linear.prepare(mapped, T.Q6_K, 4, 512)
+    assert w.raw.data_ptr() == mapped.ctypes.data
+    x = torch.randn(2, 512)
+    assert torch.equal(gguf_linear.linear(x, w), reference.linear(x, torch.from_numpy(raw), T.Q6_K, 4, 512))
+
+
 def test_input_quantization_contract():
     x = torch.randn(3, 512, generator=torch.Generator().manual_seed(0))
     x[1, 256:] = 0.0  # a zero block
