@@ -83,6 +83,12 @@ def setup_logging() -> Path | None:
         if crash is not None and crash.tell() < CRASH_LOG_MAX_BYTES:
             crash.write(f"{datetime.datetime.now().isoformat(timespec='seconds')} uncaught error:\n{text}\n")
             crash.flush()
+        try:  # a GUI user sees it: a traceback on a console nobody reads tells them nothing
+            from app.crash_dialog import show_crash
+
+            show_crash(f"{kind.__name__}: {value}", directory / "crash.log" if crash is not None else None)
+        except Exception:  # the dialog must never turn one error into two
+            logging.getLogger("tandem").exception("could not show the crash dialog")
 
     sys.excepthook = log_uncaught
     return None if unwritable else path
@@ -115,6 +121,9 @@ def main(argv=None) -> int:
     icon = _icon()
     if icon is not None:
         app.setWindowIcon(icon)
+    from app.theme import follow_system
+
+    follow_system(app)  # light or dark, as the system is, and when it switches
     window = MainWindow(self_test.settings() if self_test else None, autoload=args.target is None)
     if args.precision:
         window.demo.controls.set_precision(args.precision)

@@ -11,6 +11,7 @@ from PySide6.QtCore import QSettings
 class Key(str, Enum):
     GEOMETRY = "window/geometry"
     TAB = "window/tab"
+    SPLITTERS = "window/splitters"  # every QSplitter's state, hex, in findChildren order
     DEMO_PROMPT = "demo/prompt"
     CHAT_DRAFT = "chat/draft"
     CHAT_SETTINGS = "chat/settings"  # the settings panel's values, as a preset's JSON

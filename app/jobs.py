@@ -7,7 +7,7 @@ import logging
 import time
 from pathlib import Path
 
-from app.messages import DrafterNote, MachineReport, ModelLoaded, Progress
+from app.messages import DrafterNote, KernelReport, MachineReport, ModelLoaded, Progress
 from engine.core.settings import DecodeSettings
 
 log = logging.getLogger(__name__)
@@ -37,10 +37,48 @@ def probe_machine(context: int):
             entries = load_catalog()
             fits = tuple(recommend(entries, hardware, context))
             installed = frozenset(e.id for e in entries if _installed(e, ready))
-            ctx.emit(MachineReport(hardware, fits, installed, ready))
+            offline = hub_unreachable() if not installed else ""
+            ctx.emit(MachineReport(hardware, fits, installed, ready, offline=offline))
         except Exception as exc:  # the picker says what went wrong; loading still works
             log.exception("machine probe failed")
             ctx.emit(MachineReport(None, (), frozenset(), ready, error=f"{type(exc).__name__}: {exc}"))
+
+    return run
+
+
+HUB_HOST = ("huggingface.co", 443)
+HUB_PROBE_S = 1.5  # a first run must say "no network" at once, never after a long wait
+
+
+def hub_unreachable(probe_s: float = HUB_PROBE_S) -> str:
+    """Why the Hub cannot be reached, or "" when a connection opens within ``probe_s`` seconds.
+    The probe runs in a daemon thread: a hanging DNS lookup cannot hold the caller past it."""
+    import os
+    import socket
+    import threading
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return "HF_HUB_OFFLINE is set"
+    outcome: list[str] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection(HUB_HOST, timeout=probe_s).close()
+            outcome.append("")
+        except OSError as exc:
+            outcome.append(f"{HUB_HOST[0]} cannot be reached ({exc})")
+
+    thread = threading.Thread(target=probe, daemon=True, name="hub-probe")
+    thread.start()
+    thread.join(probe_s + 0.2)
+    return outcome[0] if outcome else f"{HUB_HOST[0]} did not answer within {probe_s:.1f} s"
+
+
+def kernel_report():
+    def run(ctx) -> None:
+        import kernels
+
+        ctx.emit(KernelReport(kernels.cpu_kernel_report()))
 
     return run
 
@@ -55,9 +93,16 @@ def _installed(entry, default_ready: bool) -> bool:
     return is_installed(entry.target_repo) is not None
 
 
-def load_models(target: str | None = None, drafter: str | None = None, precision: str = "fast", device: str = "auto"):
+def load_models(target: str | None = None, drafter: str | None = None, precision: str = "fast", device: str = "auto",
+                settings=None):
     """Load a target (and drafter) from folders; ``target=None`` means the default offline
-    pair, prepared from the installed packages when needed."""
+    pair, prepared from the installed packages when needed. ``settings``: the model's own
+    (app.model_settings.ModelSettings): its precision wins, its thread count is set on the
+    engine thread, a drafter choice other than "model" loads no draft model; they come back
+    in ModelLoaded for the window to apply to the decode controls."""
+    if settings is not None and settings.precision:
+        precision = settings.precision
+    skip_drafter = settings is not None and settings.drafter != "model"
 
     def run(ctx) -> None:
         from engine.models import default_pair
@@ -67,18 +112,30 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
             def progress(stage: str, done: int, total: int) -> None:
                 ctx.emit(Progress(_STAGES.get(stage, stage), done, total, "bytes" if total > 1 else ""))
 
-            paths = [default_pair.prepare(spec, progress) for spec in (default_pair.TARGET, default_pair.DRAFTER)]
-            target_path, drafter_path = paths
+            specs = (default_pair.TARGET,) if skip_drafter else (default_pair.TARGET, default_pair.DRAFTER)
+            paths = [default_pair.prepare(spec, progress) for spec in specs]
+            target_path, drafter_path = paths[0], (paths[1] if len(paths) > 1 else None)
         else:
-            target_path, drafter_path = Path(target), Path(drafter) if drafter else None
+            target_path, drafter_path = Path(target), Path(drafter) if drafter and not skip_drafter else None
         if ctx.cancelled():
             return
+        import torch
+
+        if settings is not None and settings.threads:
+            torch.set_num_threads(settings.threads)
         ctx.emit(Progress("Loading model", 0, 0))
         start = time.perf_counter()
+        from engine.drafters import DrafterMismatch
         from engine.session.compare import warm_up
         from engine.session.session import Session
 
-        session = Session.load(target_path, drafter_path, precision, device)
+        refused = None
+        try:
+            session = Session.load(target_path, drafter_path, precision, device)
+        except DrafterMismatch as exc:  # the target still runs: plain or by prompt lookup
+            refused = str(exc)
+            log.warning("drafter refused: %s", refused)
+            session = Session.load(target_path, None, precision, device)
         kind, note = default_drafter(session)
         ctx.emit(Progress("Warming up", 0, 0))
         warm_up(session, kind)
@@ -93,6 +150,9 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
             drafter_path=str(drafter_path or ""),
             drafter_kind=kind,
             note=note,
+            drafter_refused=refused,
+            settings=settings,
+            threads=torch.get_num_threads(),
         ))
 
     return run

@@ -39,6 +39,13 @@ class ModelLoaded:
     drafter_kind: str = "model"
     #: Says which drafter is used and why, when it is not the obvious one.
     note: str | None = None
+    #: Why a drafter given with the target was refused (another vocabulary, a mismatched
+    #: assistant); the target then loaded alone.
+    drafter_refused: str | None = None
+    #: The per-model settings the load applied (app.model_settings.ModelSettings) and the
+    #: threads the engine thread then ran with; None when loaded without them.
+    settings: object = None
+    threads: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,16 @@ class MachineReport:
     installed: frozenset[str] = field(default_factory=frozenset)
     default_pair_ready: bool = False
     error: str = ""
+    #: Why the Hub cannot be reached ("" when it can, or was not asked): HF_HUB_OFFLINE, or a
+    #: quick connection probe that failed.
+    offline: str = ""
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """kernels.cpu_kernel_report(), fetched on the worker (it imports torch)."""
+
+    text: str
 
 
 @dataclass(frozen=True)

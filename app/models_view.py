@@ -9,6 +9,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -16,9 +17,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from engine.models.memory_fit import human_bytes  # torch-free; one way of writing sizes everywhere
+from app.model_settings import PRECISION_SHORT, ModelSettingsPanel, ModelSettingsStore
+from engine.models.memory_fit import FIT_ORDER, human_bytes  # torch-free; one way of writing sizes everywhere
 
-COLUMNS = ["Model", "Parameters", "Memory needed", "Fit", "Drafter", "Drafter kind", "Predicted speedup", "Installed"]
+COLUMNS = ["Model", "Parameters", "Memory needed (at load precision)", "Fit", "Speed (plain)", "Drafter", "Drafter kind",
+           "Predicted speedup", "Installed"]
+MEMORY, FIT, SPEED = 2, 3, 4
 FIT_LABELS = {
     "gpu": ("Fits on GPU", "#188038"),
     "unified": ("Fits in unified memory", "#188038"),
@@ -68,8 +72,16 @@ class ModelsView(QWidget):
     download_requested = Signal(object)  # FitResult
     context_changed = Signal(int)
 
-    def __init__(self, parent=None) -> None:
+    def __init__(self, store: ModelSettingsStore | None = None, parent=None) -> None:
         super().__init__(parent)
+        if store is None:
+            from app.app_settings import AppSettings
+
+            store = ModelSettingsStore(AppSettings())
+        self.store = store
+        #: The precision a model without its own setting loads at (the demo's choice).
+        self.app_precision = "fast"
+        self.report = None
         outer = QVBoxLayout(self)
         self.hardware = QLabel("Detecting hardware…")
         self.hardware.setWordWrap(True)
@@ -82,6 +94,16 @@ class ModelsView(QWidget):
             self.context.addItem(f"{n // 1024}k tokens", n)
         top.addWidget(self.context)
         outer.addLayout(top)
+        self.filter = QLineEdit()
+        self.filter.setPlaceholderText("Filter models by name, family or repository…")
+        self.filter.setClearButtonEnabled(True)
+        outer.addWidget(self.filter)
+        # Said at once on a first run with nothing installed and no network.
+        self.offline_notice = QLabel("")
+        self.offline_notice.setWordWrap(True)
+        self.offline_notice.setStyleSheet("background: #fef7e0; color: #7a5b00; padding: 6px; border-radius: 4px;")
+        self.offline_notice.hide()
+        outer.addWidget(self.offline_notice)
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setHorizontalHeaderLabels(COLUMNS)
@@ -94,6 +116,8 @@ class ModelsView(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
         outer.addWidget(self.table, 1)
+        self.settings_panel = ModelSettingsPanel(store)
+        outer.addWidget(self.settings_panel)
 
         self.detail = QLabel("")
         self.detail.setWordWrap(True)
@@ -101,7 +125,8 @@ class ModelsView(QWidget):
         buttons = QHBoxLayout()
         self.download_button = QPushButton("Download")
         self.load_button = QPushButton("Load")
-        self.load_button.setDefault(True)
+        for button in (self.download_button, self.load_button):
+            button.setMinimumWidth(120)
         buttons.addWidget(self.detail, 1)
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.load_button)
@@ -115,6 +140,8 @@ class ModelsView(QWidget):
         self.load_button.clicked.connect(self._load)
         self.download_button.clicked.connect(lambda: self.selected() and self.download_requested.emit(self.selected()))
         self.context.activated.connect(lambda _: self.context_changed.emit(self.context.currentData()))
+        self.filter.textChanged.connect(self._apply_filter)
+        self.settings_panel.changed.connect(lambda *_: self.refresh())
         self._sync()
 
     def set_context(self, n: int) -> None:
@@ -128,14 +155,62 @@ class ModelsView(QWidget):
         return fit.entry.id if fit is not None else "default-offline"
 
     def show_report(self, report) -> None:
+        self.report = report
         self.hardware.setText(hardware_text(report.hardware) + (f"\n⚠ {report.error}" if report.error else ""))
         self.installed = report.installed | ({"default-offline"} if report.default_pair_ready else frozenset())
+        self.refresh()
+
+    def set_app_precision(self, precision: str) -> None:
+        if precision != self.app_precision:
+            self.app_precision = precision
+            self.refresh()
+
+    def load_precision(self, entry_id: str) -> str:
+        """The app's precision name ("fast", "exact", "int8", "int4") this model loads at: its
+        own setting; else 4-bit where the fit chose it (16-bit does not fit the GPU); else the app's."""
+        own = self.store.get(entry_id).precision
+        if own:
+            return own
+        chosen = next((f.precision for f in getattr(self.report, "fits", ()) if f.entry.id == entry_id), None)
+        return "int4" if chosen == "int4" else self.app_precision
+
+    def _reassess(self, fit):
+        """The fit at the precision (and context) this model will load at: its own settings."""
+        hw = getattr(self.report, "hardware", None)
+        precision = self.load_precision(fit.entry.id)
+        context = self.store.get(fit.entry.id).context or fit.context
+        if hw is None or (PRECISION_SHORT.get(precision) == fit.precision and context == fit.context):
+            return fit
+        from dataclasses import replace
+
+        from engine.models.fit import assess
+
+        result = assess(fit.entry, hw, precision, context)
+        return replace(result, recommended=fit.recommended and result.fit != "none")
+
+    def speed(self, fit):
+        """engine.models.decode_speed.SpeedHint for a CPU fit, else None."""
+        hw = getattr(self.report, "hardware", None)
+        if hw is None or fit.device != "cpu" or fit.fit == "none":
+            return None
+        from engine.models.decode_speed import predict_plain_rate
+
+        return predict_plain_rate(hw, fit.estimate.weights, fit.precision)
+
+    def refresh(self) -> None:
+        """Rebuild the rows from the last report: each model at its load precision, best fit
+        first, then the fastest expected."""
+        if self.report is None:
+            return
         keep = self._entry_id(self.selected()) if self.table.currentRow() >= 0 else None
-        self.rows = list(report.fits) or [None]
+        fits = [self._reassess(f) for f in self.report.fits]
+        speeds = {f.entry.id: self.speed(f) for f in fits}
+        fits.sort(key=lambda f: (FIT_ORDER.get(f.fit, 9), -(speeds[f.entry.id].tok_s if speeds[f.entry.id] else 0)))
+        self.rows = fits or [None]
         self.table.setRowCount(len(self.rows))
         preselect = 0
         for r, fit in enumerate(self.rows):
-            for c, (text, tip, color) in enumerate(self._cells(fit)):
+            for c, (text, tip, color) in enumerate(self._cells(fit, speeds.get(self._entry_id(fit)))):
                 item = QTableWidgetItem(text)
                 item.setToolTip(tip)
                 if color:
@@ -149,18 +224,33 @@ class ModelsView(QWidget):
             if keep is not None and self._entry_id(fit) == keep:
                 preselect = r
         self.table.selectRow(preselect)
+        self._apply_filter(self.filter.text())
         self._sync()
 
-    def _cells(self, fit):
+    def _apply_filter(self, text: str) -> None:
+        words = text.lower().split()
+        for r, fit in enumerate(self.rows):
+            hay = "bundled offline qwen" if fit is None else " ".join(
+                [fit.entry.name, fit.entry.family, fit.entry.target_repo, fit.entry.id]).lower()
+            self.table.setRowHidden(r, not all(w in hay for w in words))
+
+    def show_offline(self, message: str) -> None:
+        self.offline_notice.setText(message)
+        self.offline_notice.setVisible(bool(message))
+
+    def _cells(self, fit, speed=None):
         if fit is None:  # catalog unavailable: still offer the bundled pair
             ready = "default-offline" in self.installed
             return [("Qwen2.5-Coder 1.5B Instruct (bundled, offline)", "", None), ("1.5B", "", None), ("–", "", None),
-                    ("–", "", None), ("Qwen2.5-Coder 0.5B", "", None), (KIND_LABELS["draft_model"], "", None),
+                    ("–", "", None), ("–", "", None), ("Qwen2.5-Coder 0.5B", "", None), (KIND_LABELS["draft_model"], "", None),
                     ("–", "", None), ("✔" if ready else "not yet", "", None)]
         e = fit.entry
         label, color = FIT_LABELS.get(fit.fit, (fit.fit, None))
         name = e.name + ("  ★ recommended" if fit.recommended else "")
         est = fit.estimate
+        # The engine's fit reason ends with a speed figure from one 16-bit bandwidth constant;
+        # the Speed column gives the figure for this model's own precision instead.
+        reason = fit.reason.split("; ")[0]
         breakdown = (f"weights {human_bytes(est.weights)} + KV cache {human_bytes(est.kv_cache)} + drafter "
                      f"{human_bytes(est.drafter)} + runtime {human_bytes(est.overhead)} at {fit.context} tokens, {fit.precision}")
         drafter = e.drafter_repo.split("/")[-1] if e.drafter_repo else "prompt lookup"
@@ -168,8 +258,10 @@ class ModelsView(QWidget):
         return [
             (name, f"{e.target_repo} · {e.license}" + (" · gated: needs a Hugging Face login" if e.gated else ""), None),
             (human_params(e.target_params), "", None),
-            (human_bytes(est.total), breakdown, None),
-            (label, fit.reason, color),
+            (f"{fit.precision} · {human_bytes(est.total)}", breakdown, None),
+            (label, reason, color),
+            (speed.text() if speed else "–", speed.source if speed else "no CPU figure: it runs on "
+             + ("the GPU" if fit.device != "cpu" else "no device here"), None),
             (drafter, e.drafter_repo or "n-gram lookup in the prompt and reply; no extra model", None),
             (KIND_LABELS.get(e.drafter_kind, e.drafter_kind), "", None),
             (speedup_text(fit.predicted_speedup), "predicted from the drafter kind and the device", None),
@@ -186,8 +278,15 @@ class ModelsView(QWidget):
         runnable = fit is None or fit.fit != "none"
         self.load_button.setEnabled(not self.busy and installed and runnable and self.table.rowCount() > 0)
         self.download_button.setEnabled(not self.busy and fit is not None and not installed and fit.entry.id != "default-offline")
+        # One obvious next step: Load when the model is here, Download when it is not.
+        primary = self.load_button if installed or fit is None else self.download_button
+        for button in (self.load_button, self.download_button):
+            button.setDefault(button is primary)
+            button.setVisible(button is primary)
+            button.setStyleSheet("font-weight: 700; padding: 6px 18px;" if button is primary else "")
+        self.settings_panel.show_entry(self._entry_id(fit) if self.table.rowCount() else None)
         if fit is not None:
-            self.detail.setText(f"{fit.entry.name}: {fit.reason}")
+            self.detail.setText(f"{fit.entry.name}: {fit.reason.split('; ')[0]}")
         elif self.table.rowCount():
             self.detail.setText("The bundled pair runs without a network.")
 

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QProgressBar,
     QPushButton,
+    QSplitter,
     QTabWidget,
     QToolButton,
     QVBoxLayout,
@@ -24,9 +25,11 @@ from app.app_settings import AppSettings, Key
 from app.chat_view import ChatView
 from app.conversations import ConversationStore, describe_set_aside
 from app.demo_view import DemoView
-from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, MachineReport, ModelLoaded, Progress
+from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, KernelReport, MachineReport, ModelLoaded, Progress
+from app.model_settings import ModelSettingsStore
 from app.models_view import ModelsView, human_bytes
 from app.presets import PresetStore, describe_skipped
+from app.speculation_status import SpeculationStatus
 from app.stall import StallMonitor
 from app.worker import EngineHost
 from engine.core.events import Failed
@@ -100,7 +103,9 @@ class MainWindow(QMainWindow):
         self.drafter_note.setStyleSheet("color: #7a5b00;")
         self.drafter_note.hide()
         self.tabs = QTabWidget()
-        self.models = ModelsView()
+        self.model_store = ModelSettingsStore(self.settings)
+        self.models = ModelsView(self.model_store)
+        self.about = None  # app.about.AboutDialog, made on first use
         self.demo = DemoView()
         self.chat = ChatView(ConversationStore(data_dir() / "conversations"), PresetStore(data_dir() / "presets"), self.settings)
         self.tabs.addTab(self.models, "Models")
@@ -125,8 +130,13 @@ class MainWindow(QMainWindow):
         notices = (describe_set_aside(self.chat.store.set_aside), describe_skipped(self.chat.presets.skipped))
         if notice := " ".join(n for n in notices if n):
             self.storage_notice.show_error(notice)
+        # Why speculation is not what runs, on the tabs that decode.
+        self.speculation = SpeculationStatus()
+        col.addWidget(self.speculation)
         col.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
+        help_menu = self.menuBar().addMenu("&Help")
+        help_menu.addAction("&About Tandem", self.show_about)
 
         bar = self.statusBar()
         self.state_label = QLabel(UiState.IDLE.value)
@@ -155,6 +165,11 @@ class MainWindow(QMainWindow):
         self.models.load_requested.connect(self.load_entry)
         self.models.download_requested.connect(self.download_entry)
         self.models.context_changed.connect(self._context_changed)
+        self.demo.controls.drafter.currentIndexChanged.connect(
+            lambda _: self.speculation.update_state(choice=self.demo.controls.drafter_kind(), off_steps=0))
+        self.demo.controls.precision.currentIndexChanged.connect(
+            lambda _: self.models.set_app_precision(self.demo.controls.precision.currentData()))
+        self.tabs.currentChanged.connect(self._tab_changed)
         # Chat shortcuts work from any tab: they bring the chat forward.
         QShortcut(QKeySequence.StandardKey.New, self, lambda: self._to_chat(self.chat.new_chat))
         QShortcut(QKeySequence("Ctrl+K"), self, lambda: self._to_chat(self.chat.focus_search))
@@ -170,7 +185,10 @@ class MainWindow(QMainWindow):
             self.restoreGeometry(geometry)
         else:
             self.resize(1280, 860)
-        self.tabs.setCurrentIndex(s.get(Key.TAB, 1, int))
+        # A first run opens on the picker, the recommended model selected, its one primary button.
+        self.tabs.setCurrentIndex(s.get(Key.TAB, 0, int))
+        for splitter, state in zip(self.findChildren(QSplitter), s.get(Key.SPLITTERS, []) or []):
+            splitter.restoreState(bytes.fromhex(state))
         self.demo.prompt.setPlainText(s.get(Key.DEMO_PROMPT, "") or "")
         self.chat.input.setPlainText(s.get(Key.CHAT_DRAFT, "") or "")
         c.drafter.setCurrentIndex(max(0, c.drafter.findData(s.get(Key.DRAFTER, "model"))))
@@ -181,11 +199,15 @@ class MainWindow(QMainWindow):
         c.set_precision(s.get(Key.PRECISION, "fast"))
         c.max_new_tokens.setValue(s.get(Key.MAX_NEW_TOKENS, 128, int))
         self.models.set_context(s.get(Key.CONTEXT, 4096, int))
+        self.models.set_app_precision(c.precision.currentData())
+        self.speculation.update_state(choice=c.drafter_kind())
+        self._tab_changed(self.tabs.currentIndex())
 
     def save_settings(self) -> None:
         s, c = self.settings, self.demo.controls
         s.set(Key.GEOMETRY, self.saveGeometry())
         s.set(Key.TAB, self.tabs.currentIndex())
+        s.set(Key.SPLITTERS, [bytes(sp.saveState()).hex() for sp in self.findChildren(QSplitter)])
         s.set(Key.DEMO_PROMPT, self.demo.prompt.toPlainText())
         s.set(Key.CHAT_DRAFT, self.chat.input.toPlainText())
         s.set(Key.DRAFTER, c.drafter_kind())
@@ -217,8 +239,15 @@ class MainWindow(QMainWindow):
         # Probing runs beside other jobs' bookkeeping: it is quick and never blocks the UI state.
         self.host.submit("probe", jobs.probe_machine(self.models.context.currentData()))
 
+    def _model_settings(self, entry_id: str):
+        """The model's own settings, its precision resolved (what the picker shows it at)."""
+        from dataclasses import replace
+
+        return replace(self.model_store.get(entry_id), precision=self.models.load_precision(entry_id))
+
     def load_default(self) -> None:
-        self._submit("load", jobs.load_models(None, None, self.demo.controls.precision.currentData()))
+        settings = self._model_settings("default-offline")
+        self._submit("load", jobs.load_models(None, None, settings.precision, settings=settings))
 
     def _load_last_or_default(self, default_ready: bool) -> None:
         """Reopen what the user had loaded last time; otherwise the bundled offline pair."""
@@ -234,12 +263,18 @@ class MainWindow(QMainWindow):
             self.load_default()
         else:
             self.tabs.setCurrentIndex(0)
-            message = "No model is installed yet: pick one on the Models tab and press Download."
+            offline = self.last_report.offline if self.last_report is not None else ""
+            if offline:
+                message = (f"No model is installed yet and there is no network ({offline}): Tandem cannot download one now. "
+                           "Connect to the internet (or unset HF_HUB_OFFLINE) and press Download, or load a model folder "
+                           "you already have with --target.")
+                self.models.show_offline(message)
+            else:
+                message = "No model is installed yet: pick one on the Models tab and press Download."
             self.banner.show_error(message)
             self.no_model.emit(message)
 
     def load_entry(self, fit) -> None:
-        precision = self.demo.controls.precision.currentData()
         if fit is None or fit.entry.id == "default-offline":
             self.load_default()
             return
@@ -249,7 +284,9 @@ class MainWindow(QMainWindow):
         if paths is None:
             self.banner.show_error(f"{fit.entry.name} is not downloaded yet: press Download first.")
             return
-        self._submit("load", jobs.load_models(str(paths[0]), str(paths[1]) if paths[1] else None, precision))
+        settings = self._model_settings(fit.entry.id)
+        self._submit("load", jobs.load_models(str(paths[0]), str(paths[1]) if paths[1] else None, settings.precision,
+                                              settings=settings))
 
     def download_entry(self, fit) -> None:
         from app.downloads import download_job
@@ -283,6 +320,30 @@ class MainWindow(QMainWindow):
     def _context_changed(self, context: int) -> None:
         self.probe()
 
+    def _tab_changed(self, index: int) -> None:
+        self.speculation.set_on_tab(self.tabs.widget(index) in (self.demo, self.chat))
+
+    def show_about(self):
+        from app.about import AboutDialog
+        from engine.core.paths import log_dir
+
+        if self.about is None:
+            self.about = AboutDialog(log_dir(), self)
+            self.host.submit("kernels", jobs.kernel_report())  # kernels imports torch: the worker asks
+        self.about.show()
+        self.about.raise_()
+        return self.about
+
+    def _lane_finished(self, payload) -> None:
+        """A speculative reply's end: did the draft-length controller switch speculation off?"""
+        from engine.core.events import Finished
+
+        event = getattr(payload, "event", None)
+        if isinstance(event, Finished) and getattr(payload, "lane", "") in ("speculative", "chat"):
+            st = event.stats
+            self.speculation.update_state(off_steps=st.speculation_off_steps,
+                                          steps=st.target_passes, acceptance=st.acceptance)
+
     # --- events from the worker ---------------------------------------------------------------
     def on_event(self, envelope: JobEvent) -> None:
         payload, kind = envelope.payload, envelope.kind
@@ -291,6 +352,9 @@ class MainWindow(QMainWindow):
         elif isinstance(payload, MachineReport):
             self.last_report = payload
             self.models.show_report(payload)
+            if not payload.installed and not payload.default_pair_ready and payload.offline:
+                self.models.show_offline(f"No model is installed yet and there is no network ({payload.offline}). "
+                                         "Connect (or unset HF_HUB_OFFLINE) to download one.")
             if self.autoload and self.loaded is None and self.active_job is None:
                 self.autoload = False
                 self._load_last_or_default(payload.default_pair_ready)
@@ -299,6 +363,10 @@ class MainWindow(QMainWindow):
         elif isinstance(payload, DrafterNote):
             self.drafter_note.setText(payload.text)
             self.drafter_note.show()
+            self.speculation.update_state(engine_note=payload.text)
+        elif isinstance(payload, KernelReport):
+            if self.about is not None:
+                self.about.show_kernels(payload.text)
         elif isinstance(payload, JobFailed):
             self._fail(payload.message)
             if kind == "load" and self.loaded is None:
@@ -315,8 +383,10 @@ class MainWindow(QMainWindow):
                 if kind == "download":
                     self.probe()
         elif kind == "demo":
+            self._lane_finished(payload)
             self._demo_event(payload)
         elif kind == "chat":
+            self._lane_finished(payload)
             if isinstance(payload.event, Failed):
                 self._fail(payload.event.error)
             self.chat.on_lane_event(payload)
@@ -354,6 +424,14 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(f"Loaded in {loaded.seconds:.1f} s", 8000)
         self.demo.controls.set_precision(loaded.precision)
         self.demo.controls.offer_drafter(loaded.drafter_kind)
+        if loaded.settings is not None:  # the model's own drafter and draft length
+            c = self.demo.controls
+            wanted = loaded.settings.drafter if loaded.settings.drafter != "model" else loaded.drafter_kind
+            c.drafter.setCurrentIndex(max(0, c.drafter.findData(wanted)))
+            c.draft_length.setValue(loaded.settings.draft_length)
+        self.speculation.update_state(choice=self.demo.controls.drafter_kind(), target=loaded.target, drafter=loaded.drafter,
+                                      loaded_kind=loaded.drafter_kind, refused=loaded.drafter_refused, engine_note=None,
+                                      off_steps=0)
         self.drafter_note.setVisible(bool(loaded.note))
         self.drafter_note.setText(loaded.note or "")
         self.demo.set_ready(True)

@@ -27,3 +27,77 @@ def test_picker_rows_badges_and_recommendation(qtbot):
     assert view.load_button.isEnabled() and not view.download_button.isEnabled()
     view.table.selectRow(none_row)
     assert not view.load_button.isEnabled()
+
+
+def _cpu_report(view, cores=2):
+    from engine.models.catalog import load_catalog
+    from engine.models.fit import recommend
+    from engine.models.hardware import Hardware
+
+    hardware = Hardware.from_profile({"ram_gb": 16, "cpu_cores": cores, "disk_free_gb": 200})
+    fits = recommend(load_catalog(), hardware, 4096)
+    view.show_report(MachineReport(hardware, tuple(fits), frozenset(), default_pair_ready=True))
+    return fits
+
+
+def _row(view, entry_id):
+    return next(r for r, f in enumerate(view.rows) if f.entry.id == entry_id)
+
+
+def test_memory_fit_and_speed_follow_the_models_precision(qtbot, app_settings):
+    from app.model_settings import ModelSettingsStore
+
+    view = ModelsView(ModelSettingsStore(app_settings))
+    qtbot.addWidget(view)
+    _cpu_report(view)
+    assert "load precision" in view.table.horizontalHeaderItem(2).text()
+    row = _row(view, "default-offline")
+    memory_bf16 = view.table.item(row, 2).text()
+    assert memory_bf16.startswith("bf16 · ")
+    speed_bf16 = view.speed(view.rows[row]).tok_s
+    total_bf16 = view.rows[row].estimate.total
+    view.table.selectRow(row)
+    panel = view.settings_panel
+    panel.precision.setCurrentIndex(panel.precision.findData("int4"))
+    panel.precision.activated.emit(panel.precision.currentIndex())
+    row = _row(view, "default-offline")
+    memory_int4 = view.table.item(row, 2).text()
+    assert memory_int4.startswith("int4 · ") and memory_int4 != memory_bf16
+    assert view.rows[row].estimate.total < 0.7 * total_bf16 and view.rows[row].precision == "int4"
+    speed_int4 = view.speed(view.rows[row])
+    # Bytes read per token shrink ~3.2x from bf16 to int4; the int4 kernels stream faster too.
+    assert speed_int4.tok_s > 3 * speed_bf16 and speed_int4.tok_s > 15
+    assert "int4" in view.table.item(row, 4).toolTip() and "docs/benchmarks" in view.table.item(row, 4).toolTip()
+    assert "tok/s" in view.table.item(row, 4).text()
+    assert view.selected().entry.id == "default-offline"  # the selection survives the re-sort
+
+
+def test_rows_sort_by_fit_then_speed_and_filter(qtbot, app_settings):
+    from app.model_settings import ModelSettingsStore
+    from engine.models.memory_fit import FIT_ORDER
+
+    view = ModelsView(ModelSettingsStore(app_settings))
+    qtbot.addWidget(view)
+    _cpu_report(view)
+    keys = [(FIT_ORDER[f.fit], -(view.speed(f).tok_s if view.speed(f) else 0)) for f in view.rows]
+    assert keys == sorted(keys)
+    view.filter.setText("qwen coder")
+    shown = [f for r, f in enumerate(view.rows) if not view.table.isRowHidden(r)]
+    assert shown and len(shown) < len(view.rows)
+    assert all("qwen" in (f.entry.name + f.entry.family + f.entry.target_repo).lower() for f in shown)
+    view.filter.clear()
+    assert not any(view.table.isRowHidden(r) for r in range(view.table.rowCount()))
+
+
+def test_one_primary_button_load_or_download(qtbot, app_settings):
+    from app.model_settings import ModelSettingsStore
+
+    view = ModelsView(ModelSettingsStore(app_settings))
+    qtbot.addWidget(view)
+    view.show()
+    _cpu_report(view)
+    view.table.selectRow(_row(view, "default-offline"))  # installed: Load
+    assert view.load_button.isVisible() and view.load_button.isDefault() and not view.download_button.isVisible()
+    other = next(r for r, f in enumerate(view.rows) if f.entry.id != "default-offline" and f.fit != "none")
+    view.table.selectRow(other)  # not installed: Download
+    assert view.download_button.isVisible() and view.download_button.isDefault() and not view.load_button.isVisible()

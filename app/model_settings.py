@@ -1,0 +1,145 @@
+"""Per-model settings (precision, context, drafter, draft length, threads), kept across restarts.
+
+Stored in QSettings under ``models/<entry id>/<field>``: one enum names the fields, as
+app/app_settings.py names the app's keys. A field left unset follows the app-wide choice (the
+demo's precision, the picker's context, the demo's drafter)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QPushButton, QSpinBox
+
+PRECISIONS = [("Follow the app (demo's choice)", ""), ("Fast (bf16)", "fast"), ("Exact (fp32)", "exact"),
+              ("int8 (half of bf16's memory)", "int8"), ("int4 (smallest, fastest on a CPU)", "int4")]
+DRAFTERS = [("Draft model", "model"), ("Prompt lookup", "lookup"), ("Off (plain decoding)", "off")]
+CONTEXTS = [0, 2048, 4096, 8192, 16384, 32768]
+# The engine's precision names, as catalog.canonical_precision reads them, for labels.
+PRECISION_SHORT = {"fast": "bf16", "exact": "fp32", "int8": "int8", "int4": "int4"}
+
+
+class Field(str, Enum):
+    PRECISION = "precision"
+    CONTEXT = "context"
+    DRAFTER = "drafter"
+    DRAFT_LENGTH = "draft_length"
+    THREADS = "threads"
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """``precision`` "" = the app's; ``context`` 0 = the picker's; ``draft_length`` 0 = auto;
+    ``threads`` 0 = the engine's default (all physical cores)."""
+
+    precision: str = ""
+    context: int = 0
+    drafter: str = "model"
+    draft_length: int = 0
+    threads: int = 0
+
+    def resolved_precision(self, app_precision: str) -> str:
+        return self.precision or app_precision
+
+
+class ModelSettingsStore:
+    def __init__(self, app_settings) -> None:
+        self.q = app_settings.q
+
+    def _key(self, entry_id: str, field: Field) -> str:
+        return f"models/{entry_id}/{field.value}"
+
+    def get(self, entry_id: str) -> ModelSettings:
+        d = ModelSettings()
+
+        def read(field: Field, default, kind):
+            try:
+                return kind(self.q.value(self._key(entry_id, field), default))
+            except (TypeError, ValueError):
+                return default
+
+        drafter = read(Field.DRAFTER, d.drafter, str)
+        precision = read(Field.PRECISION, d.precision, str)
+        return ModelSettings(
+            precision=precision if precision in PRECISION_SHORT else "",
+            context=max(0, read(Field.CONTEXT, d.context, int)),
+            drafter=drafter if drafter in {k for _, k in DRAFTERS} else d.drafter,
+            draft_length=min(8, max(0, read(Field.DRAFT_LENGTH, d.draft_length, int))),
+            threads=max(0, read(Field.THREADS, d.threads, int)),
+        )
+
+    def set(self, entry_id: str, settings: ModelSettings) -> None:
+        for field in Field:
+            self.q.setValue(self._key(entry_id, field), getattr(settings, field.value))
+        self.q.sync()
+
+
+class ModelSettingsPanel(QGroupBox):
+    """The selected model's settings, inline under the picker; every edit is saved at once."""
+
+    changed = Signal(str, object)  # entry id, ModelSettings
+
+    def __init__(self, store: ModelSettingsStore, parent=None) -> None:
+        super().__init__("Settings for the selected model", parent)
+        self.store = store
+        self.entry_id: str | None = None
+        form = QFormLayout(self)
+        self.precision = QComboBox()
+        for label, value in PRECISIONS:
+            self.precision.addItem(label, value)
+        self.precision.setToolTip("The precision this model loads at; memory, fit and speed above follow it.")
+        self.context = QComboBox()
+        for n in CONTEXTS:
+            self.context.addItem(f"{n // 1024}k tokens" if n else "Picker's context", n)
+        self.drafter = QComboBox()
+        for label, value in DRAFTERS:
+            self.drafter.addItem(label, value)
+        self.draft_length = QSpinBox()
+        self.draft_length.setRange(0, 8)
+        self.draft_length.setSpecialValueText("Auto")
+        self.threads = QSpinBox()
+        self.threads.setRange(0, 256)
+        self.threads.setSpecialValueText("All cores")
+        for label, widget in [("Precision", self.precision), ("Context length", self.context), ("Drafter", self.drafter),
+                              ("Draft length", self.draft_length), ("Threads", self.threads)]:
+            form.addRow(label, widget)
+        self.reset = QPushButton("Reset to defaults")
+        form.addRow(self.reset)
+        for combo in (self.precision, self.context, self.drafter):
+            combo.activated.connect(lambda _: self._save())
+        for spin in (self.draft_length, self.threads):
+            spin.valueChanged.connect(lambda _: self._save())
+        self.reset.clicked.connect(self._reset)
+        self.setEnabled(False)
+
+    def show_entry(self, entry_id: str | None) -> None:
+        self.entry_id = None  # no saving while the widgets are filled in
+        self.setEnabled(entry_id is not None)
+        s = self.store.get(entry_id) if entry_id else ModelSettings()
+        self.precision.setCurrentIndex(max(0, self.precision.findData(s.precision)))
+        self.context.setCurrentIndex(max(0, self.context.findData(s.context)))
+        self.drafter.setCurrentIndex(max(0, self.drafter.findData(s.drafter)))
+        self.draft_length.setValue(s.draft_length)
+        self.threads.setValue(s.threads)
+        self.entry_id = entry_id
+
+    def value(self) -> ModelSettings:
+        return ModelSettings(self.precision.currentData(), self.context.currentData(), self.drafter.currentData(),
+                             self.draft_length.value(), self.threads.value())
+
+    def _save(self) -> None:
+        if self.entry_id is None:
+            return
+        settings = self.value()
+        self.store.set(self.entry_id, settings)
+        self.changed.emit(self.entry_id, settings)
+
+    def _reset(self) -> None:
+        entry = self.entry_id
+        if entry is not None:
+            self.store.set(entry, ModelSettings())
+            self.show_entry(entry)
+            self.changed.emit(entry, ModelSettings())
+
+
+__all__ = ["Field", "ModelSettings", "ModelSettingsPanel", "ModelSettingsStore"]
