@@ -7,6 +7,7 @@ compiles every package's module once and ships it in ``kernels/<package>/prebuil
 backends fall back to its reference kernel (correct, slower)."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import sys
@@ -14,12 +15,19 @@ from pathlib import Path
 
 import torch
 
-COMMON = Path(__file__).with_name("avx2_common.h")  # helpers every AVX2 kernel includes
+KERNELS = Path(__file__).parent
 PREBUILT = "prebuilt"  # the folder, next to a package's source, that a packaged app ships its module in
 
 
 def cpu_supports_avx2() -> bool:
     return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
+def headers_for(source: Path, uses: tuple[str, ...] = ()) -> tuple[Path, ...]:
+    """The headers ``source`` may include: those next to it, those of the kernel packages it
+    ``uses`` (kernels/<package>/*.h) and the shared ones (kernels/*.h: avx2_common.h, the tiles)."""
+    folders = [source.parent, *(KERNELS / package for package in uses), KERNELS]
+    return tuple(header for folder in folders for header in sorted(folder.glob("*.h")))
 
 
 def compile_avx2(name: str, source: Path, headers: tuple[Path, ...] = (), extra_cflags: tuple[str, ...] = ()):
@@ -42,6 +50,27 @@ def compile_avx2(name: str, source: Path, headers: tuple[Path, ...] = (), extra_
         extra_ldflags=["-fopenmp"],
         verbose=False,
     )
+
+
+def avx2_extension(name: str, source, uses: tuple[str, ...] = (), extra_cflags: tuple[str, ...] = ()):
+    """``(available, module)`` for a package's cpu_avx2.py: ``module()`` compiles (or, packaged,
+    loads) the file ``source()`` names, with the headers ``headers_for`` gives it, once, and
+    returns it; ``available()`` says whether this CPU runs it, compiling it first, so that the
+    backend registry (kernels/backends.py) catches a failing build once and falls back.
+    ``source`` is asked on the first build, not before: a test may point it elsewhere."""
+
+    @functools.cache
+    def module():
+        path = source()
+        return compile_avx2(name, path, headers_for(path, uses), extra_cflags)
+
+    def available() -> bool:
+        if not cpu_supports_avx2():
+            return False
+        module()
+        return True
+
+    return available, module
 
 
 def load_prebuilt(name: str, folder: Path):

@@ -3,26 +3,14 @@ extensions dir; `tandem setup` builds it ahead of time). A packaged app loads th
 build shipped (kernels/build.py); without it the model keeps PyTorch's own attention."""
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import torch
 
-from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
+from kernels.build import avx2_extension
 
 SOURCE = Path(__file__).with_name("attention_avx2.cpp")
-
-
-def available() -> bool:
-    if not cpu_supports_avx2():
-        return False
-    _module()
-    return True
-
-
-@functools.cache
-def _module():
-    return compile_avx2("tandem_attention_avx2", SOURCE, (COMMON,))
+available, _module = avx2_extension("tandem_attention_avx2", lambda: SOURCE)
 
 
 def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:

@@ -2,29 +2,13 @@
 kernels/int4_linear's int4 tiles)."""
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
-from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
+from kernels.build import avx2_extension
 
 SOURCE = Path(__file__).with_name("decoder_avx2.cpp")
-HEADER = SOURCE.parent.parent / "quant_linear" / "int8_gemm.h"
-INT16_INPUTS = HEADER.with_name("int16_inputs.h")
-INT16_INPUTS_VNNI = HEADER.with_name("int16_inputs_vnni.h")
-INT4_HEADER = SOURCE.parent.parent / "int4_linear" / "int4_gemm.h"
-INT4_VNNI = INT4_HEADER.with_name("int4_gemm_vnni.h")
-
-
-def available() -> bool:
-    if not cpu_supports_avx2():
-        return False
-    _module()
-    return True
-
-
-@functools.cache
-def _module():
-    return compile_avx2("tandem_draft_decoder_avx2", SOURCE, (HEADER, INT16_INPUTS, INT16_INPUTS_VNNI, INT4_HEADER, INT4_VNNI, COMMON), ("-mf16c",))
+available, _module = avx2_extension("tandem_draft_decoder_avx2", lambda: SOURCE, uses=("quant_linear", "int4_linear"),
+                                    extra_cflags=("-mf16c",))
 
 
 def decoder_layer(*args) -> None:

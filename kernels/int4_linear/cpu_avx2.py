@@ -2,28 +2,15 @@
 torch's extensions dir; `tandem setup` builds it ahead of time)."""
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import torch
 
-from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
+from kernels.build import avx2_extension
 
+# The tiles (int4_gemm*.h) are shared with kernels/draft_decoder.
 SOURCE = Path(__file__).with_name("int4_linear_avx2.cpp")
-HEADER = SOURCE.with_name("int4_gemm.h")  # the tiles, shared with kernels/draft_decoder
-VNNI_HEADER = SOURCE.with_name("int4_gemm_vnni.h")
-
-
-def available() -> bool:
-    if not cpu_supports_avx2():
-        return False
-    _module()
-    return True
-
-
-@functools.cache
-def _module():
-    return compile_avx2("tandem_int4_linear_avx2", SOURCE, (HEADER, VNNI_HEADER, COMMON), ("-mf16c",))
+available, _module = avx2_extension("tandem_int4_linear_avx2", lambda: SOURCE, extra_cflags=("-mf16c",))
 
 
 def linear(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,

@@ -5,27 +5,14 @@ kernels.linear falls back to the reference kernel.
 """
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import torch
 
-from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
+from kernels.build import avx2_extension
 
 SOURCE = Path(__file__).with_name("linear_avx2.cpp")
-NAME = "tandem_linear_avx2"
-
-
-def available() -> bool:
-    if not cpu_supports_avx2():
-        return False
-    _module()
-    return True
-
-
-@functools.cache
-def _module():
-    return compile_avx2(NAME, SOURCE, (COMMON,))
+available, _module = avx2_extension("tandem_linear_avx2", lambda: SOURCE)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -2,29 +2,15 @@
 extensions dir; `tandem setup` builds it ahead of time)."""
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import torch
 
-from kernels.build import COMMON, compile_avx2, cpu_supports_avx2
+from kernels.build import avx2_extension
 
+# The tiles (int8_gemm.h, int16_inputs*.h) are shared with kernels/draft_decoder.
 SOURCE = Path(__file__).with_name("quant_linear_avx2.cpp")
-HEADER = SOURCE.with_name("int8_gemm.h")  # the tiling code, shared with kernels/draft_decoder
-INT16_INPUTS = SOURCE.with_name("int16_inputs.h")
-INT16_INPUTS_VNNI = SOURCE.with_name("int16_inputs_vnni.h")
-
-
-def available() -> bool:
-    if not cpu_supports_avx2():
-        return False
-    _module()
-    return True
-
-
-@functools.cache
-def _module():
-    return compile_avx2("tandem_quant_linear_avx2", SOURCE, (HEADER, INT16_INPUTS, INT16_INPUTS_VNNI, COMMON))
+available, _module = avx2_extension("tandem_quant_linear_avx2", lambda: SOURCE)
 
 
 def linear(x: torch.Tensor, q: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
