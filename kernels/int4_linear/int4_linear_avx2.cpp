@@ -7,25 +7,15 @@
 // Each output is one FMA chain over the groups in order, then a fixed-order horizontal sum; the
 // integer sums are exact: a row's bits never depend on how many rows share the call.
 #include "int4_gemm.h"
+#include "torch_linear.h"
 
 torch::Tensor linear_int4w(torch::Tensor x, torch::Tensor packed, torch::Tensor scale, torch::Tensor offset,
                            c10::optional<torch::Tensor> bias) {
-  const int64_t K = x.size(-1);
-  const int64_t N = tandem_int4::check_weight(packed, scale, offset, K);
-  auto out_shape = x.sizes().vec();
-  out_shape.back() = N;
-  auto xf = x.reshape({-1, K}).to(at::kFloat).contiguous();
-  const int64_t M = xf.size(0);
-  auto out = torch::empty({M, N}, xf.options());
-  torch::Tensor bf;
-  const float* B = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    bf = bias->to(at::kFloat).contiguous();
-    B = bf.data_ptr<float>();
-  }
-  tandem_int4::linear_into(xf.data_ptr<float>(), M, K, packed.data_ptr<uint8_t>(), tandem_int4::half_ptr(scale),
-                           tandem_int4::half_ptr(offset), B, N, out.data_ptr<float>());
-  return out.to(x.scalar_type()).reshape(out_shape);
+  const int64_t K = x.size(-1), N = tandem_int4::check_weight(packed, scale, offset, K);
+  return tandem_torch::linear(x, N, bias, [&](const float* X, int64_t M, const float* B, float* O) {
+    tandem_int4::linear_into(X, M, K, packed.data_ptr<uint8_t>(), tandem_int4::half_ptr(scale), tandem_int4::half_ptr(offset),
+                             B, N, O);
+  });
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

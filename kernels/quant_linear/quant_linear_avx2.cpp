@@ -6,37 +6,20 @@
 // multiplies in integers: cheaper verification, see int16_inputs.h.
 #include "int8_gemm.h"
 #include "int16_inputs.h"
+#include "torch_linear.h"
 
 // Both ops: x [..., K] (bf16 or fp32), q [N, K] (or packed [N/8, K, 8] for linear_int8w).
-template <typename Compute>
-torch::Tensor run_linear(torch::Tensor x, torch::Tensor q, torch::Tensor scale, c10::optional<torch::Tensor> bias,
-                         Compute compute) {
-  const int64_t K = x.size(-1);
-  const int64_t N = tandem_int8::check_weight(q, scale, K);
-  auto out_shape = x.sizes().vec();
-  out_shape.back() = N;
-  auto xf = x.reshape({-1, K}).to(at::kFloat).contiguous();
-  const int64_t M = xf.size(0);
-  auto out = torch::empty({M, N}, xf.options());
-  torch::Tensor bf;
-  const float* B = nullptr;
-  if (bias.has_value() && bias->defined()) {
-    bf = bias->to(at::kFloat).contiguous();
-    B = bf.data_ptr<float>();
-  }
-  compute(xf.data_ptr<float>(), M, K, B, N, out.data_ptr<float>());
-  return out.to(x.scalar_type()).reshape(out_shape);
-}
-
 torch::Tensor linear_int8w(torch::Tensor x, torch::Tensor q, torch::Tensor scale, c10::optional<torch::Tensor> bias) {
-  return run_linear(x, q, scale, bias, [&](const float* X, int64_t M, int64_t K, const float* B, int64_t N, float* O) {
+  const int64_t K = x.size(-1), N = tandem_int8::check_weight(q, scale, K);
+  return tandem_torch::linear(x, N, bias, [&](const float* X, int64_t M, const float* B, float* O) {
     tandem_int8::linear_into_any(X, M, K, q, scale.data_ptr<float>(), B, N, O);
   });
 }
 
 torch::Tensor linear_int8w_a16(torch::Tensor x, torch::Tensor q, torch::Tensor scale, c10::optional<torch::Tensor> bias) {
   TORCH_CHECK(q.dim() == 2, "int16 inputs need the row layout [N, K]");
-  return run_linear(x, q, scale, bias, [&](const float* X, int64_t M, int64_t K, const float* B, int64_t N, float* O) {
+  const int64_t K = x.size(-1), N = tandem_int8::check_weight(q, scale, K);
+  return tandem_torch::linear(x, N, bias, [&](const float* X, int64_t M, const float* B, float* O) {
     tandem_a16::linear_into(X, M, K, q.data_ptr<int8_t>(), scale.data_ptr<float>(), B, N, O);
   });
 }
