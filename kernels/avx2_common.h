@@ -1,4 +1,4 @@
-// Small AVX2 helpers shared by the CPU kernels (kernels/*/..._avx2.cpp, int8_gemm.h). Each is
+// Small AVX2 helpers shared by the CPU kernels (kernels/*/..._avx2.cpp, the tile headers). Each is
 // one fixed instruction sequence, so a value computed with them does not depend on the caller's
 // tile shape: the kernels' batch invariance rests on that.
 #pragma once
@@ -35,6 +35,11 @@ inline __m256 load_bf16x8(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
 }
 
+// 8 int8 values widened to fp32.
+inline __m256 load_i8x8(const int8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
 inline float bf16_to_float(uint16_t v) {
   uint32_t bits = static_cast<uint32_t>(v) << 16;
   float f;
@@ -49,6 +54,14 @@ inline float hsum(__m256 v) {
   lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
   lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
   return _mm_cvtss_f32(lo);
+}
+
+// The largest of 8 lanes (exact, so in any order).
+inline float hmax(__m256 v) {
+  __m128 h = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+  h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
+  return _mm_cvtss_f32(h);
 }
 
 // exp for softmaxes (Cephes-style range reduction + degree-5 polynomial, ~1 ulp).

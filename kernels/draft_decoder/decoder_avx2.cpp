@@ -12,10 +12,8 @@
 
 namespace {
 
-using tandem_int8::hsum;
-using tandem_int8::linear_into;
-
 using tandem_avx2::exp256;
+using tandem_avx2::hsum;
 
 void rms_norm(const float* x, const float* w, float* out, int64_t M, int64_t H, float eps) {
   for (int64_t m = 0; m < M; ++m) {

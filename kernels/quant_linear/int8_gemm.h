@@ -9,125 +9,19 @@
 #include <vector>
 
 #include "avx2_common.h"
+#include "fp32_tiles.h"
 
 namespace tandem_int8 {
 
-using tandem_avx2::hsum;
+using tandem_avx2::load_i8x8;
+using tandem_fp32::Int8;
+using tandem_fp32::Tiles;
 
-inline __m256 load_i8x8(const int8_t* p) {
-  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
-}
-
-// NR weight rows x MR input rows. Every widened weight vector is reused MR times; NR*MR
-// independent accumulators hide the FMA latency. Registers: NR widened weight vectors + NR*MR
-// accumulators + one input vector, which meets every weight row once loaded (reading it once
-// per weight row instead made verification bound by activation reads from L2, as in
-// kernels/linear). PREFETCH fetches the next tile's weight rows ahead: one input row (drafting,
-// decoding) and verification's few rows stream the weights, and the hardware prefetcher does
-// not ramp up within one short row (896 bytes for a 0.5B model).
-template <int NR, int MR, bool PREFETCH = (MR == 1)>
-inline void tile(const float* X, const int8_t* W, const float* S, const float* B, float* O,
-                 int64_t m, int64_t n, int64_t n_end, int64_t K, int64_t N) {
-  __m256 acc[NR][MR];
-  for (int i = 0; i < NR; ++i)
-    for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_ps();
-  const bool prefetch = PREFETCH && n + 2 * NR <= n_end;
-  int64_t k = 0;
-  for (; k + 8 <= K; k += 8) {
-    // The next tile's NR rows are NR*K contiguous bytes: fetch them as one run, a line each time
-    // this tile's reads cross one. Fetching each row's next line every 64 k (8 short runs at
-    // once) read 1536-wide rows at ~10 GB/s, one run at ~14 GB/s (one row 1.50 -> 1.00 ms).
-    if (prefetch && ((k * NR) & 63) < NR * 8) {
-      _mm_prefetch(reinterpret_cast<const char*>(W + (n + NR) * K + k * NR), _MM_HINT_T0);
-    }
-    if constexpr (MR == 1) {  // 8 rows wide: widen each weight vector just before its FMA
-      for (int i = 0; i < NR; ++i)
-        acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(X + m * K + k), load_i8x8(W + (n + i) * K + k), acc[i][0]);
-    } else {
-      __m256 wv[NR];
-      for (int i = 0; i < NR; ++i) wv[i] = load_i8x8(W + (n + i) * K + k);
-      for (int j = 0; j < MR; ++j) {
-        const __m256 xv = _mm256_loadu_ps(X + (m + j) * K + k);
-        for (int i = 0; i < NR; ++i) acc[i][j] = _mm256_fmadd_ps(xv, wv[i], acc[i][j]);
-      }
-    }
-  }
-  for (int i = 0; i < NR; ++i) {
-    const int8_t* wr = W + (n + i) * K;
-    for (int j = 0; j < MR; ++j) {
-      const float* xr = X + (m + j) * K;
-      float s = hsum(acc[i][j]);
-      for (int64_t kk = k; kk < K; ++kk) s += xr[kk] * static_cast<float>(wr[kk]);
-      O[(m + j) * N + n + i] = s * S[n + i] + (B ? B[n + i] : 0.0f);
-    }
-  }
-}
-
-template <int NR, int MR, bool PREFETCH = (MR == 1)>
-inline void rows(const float* X, const int8_t* W, const float* S, const float* B, float* O,
-                 int64_t m, int64_t n0, int64_t n1, int64_t K, int64_t N) {
-  int64_t n = n0;
-  for (; n + NR <= n1; n += NR) tile<NR, MR, PREFETCH>(X, W, S, B, O, m, n, n1, K, N);
-  for (; n < n1; ++n) tile<1, MR, false>(X, W, S, B, O, m, n, n1, K, N);
-}
-
-// Input rows in chunks of MR1, MRS... rows against the same NR weight rows, one chunk after the
-// other: no tile of 7 or more rows fits the registers, and later chunks find the weights in L1
-// (only the first prefetches).
-template <int NR, int MR1, int... MRS>
-inline void split_rows(const float* X, const int8_t* W, const float* S, const float* B, float* O,
-                       int64_t n0, int64_t n1, int64_t K, int64_t N) {
-  int64_t n = n0;
-  for (; n + NR <= n1; n += NR) {
-    tile<NR, MR1, true>(X, W, S, B, O, 0, n, n1, K, N);
-    int64_t m = MR1;
-    ((tile<NR, MRS, false>(X, W, S, B, O, m, n, n1, K, N), m += MRS), ...);
-  }
-  for (; n < n1; ++n) {
-    tile<1, MR1, false>(X, W, S, B, O, 0, n, n1, K, N);
-    int64_t m = MR1;
-    ((tile<1, MRS, false>(X, W, S, B, O, m, n, n1, K, N), m += MRS), ...);
-  }
-}
-
-// O[M, N] = (X[M, K] . W[N, K]^T) * S[N] + B[N], parallel over N.
+// O[M, N] = (X[M, K] . W[N, K]^T) * S[N] + B[N], parallel over N (the tiles: fp32_tiles.h).
 inline void linear_into(const float* X, int64_t M, int64_t K, const int8_t* W, const float* S,
                         const float* B, int64_t N, float* O) {
   // Split across threads only when each gets enough weights to amortize waking it (~32 KB).
-  const int64_t grain = std::max<int64_t>(64, (32 << 10) / std::max<int64_t>(K, 1));
-  if (M <= 9) {  // decoding and verification (a draft of up to 8 tokens plus one): stream the
-                 // weights once, prefetching ahead. Shapes as in kernels/linear (measured there).
-    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
-      switch (M) {
-        case 1: rows<8, 1>(X, W, S, B, O, 0, n0, n1, K, N); break;
-        case 2: rows<4, 2, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
-        case 3: rows<3, 3, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
-        case 4: rows<3, 4, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
-        case 5: rows<2, 5, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
-        case 6: rows<2, 6, true>(X, W, S, B, O, 0, n0, n1, K, N); break;
-        case 7: split_rows<3, 4, 3>(X, W, S, B, O, n0, n1, K, N); break;
-        case 8: split_rows<3, 4, 4>(X, W, S, B, O, n0, n1, K, N); break;
-        default: split_rows<3, 3, 3, 3>(X, W, S, B, O, n0, n1, K, N); break;
-      }
-    });
-    return;
-  }
-  constexpr int64_t kBlock = 16;  // weight rows kept in L1/L2 while all input rows use them
-  at::parallel_for(0, N, grain, [&](int64_t n_begin, int64_t n_end) {
-    for (int64_t n0 = n_begin; n0 < n_end; n0 += kBlock) {
-      const int64_t n1 = std::min(n0 + kBlock, n_end);
-      int64_t m = 0;
-      for (; m + 6 <= M; m += 6) rows<2, 6>(X, W, S, B, O, m, n0, n1, K, N);
-      switch (M - m) {
-        case 5: rows<2, 5>(X, W, S, B, O, m, n0, n1, K, N); break;
-        case 4: rows<2, 4>(X, W, S, B, O, m, n0, n1, K, N); break;
-        case 3: rows<3, 3>(X, W, S, B, O, m, n0, n1, K, N); break;
-        case 2: rows<4, 2>(X, W, S, B, O, m, n0, n1, K, N); break;
-        case 1: rows<8, 1>(X, W, S, B, O, m, n0, n1, K, N); break;
-        default: break;
-      }
-    }
-  });
+  tandem_fp32::linear_into(Tiles<Int8>{X, W, S, B, O, K, N}, M, tandem_tiles::grain(K, 64));
 }
 
 // Packed layout for drafters: [N/8][K][8] int8, panel p holding output rows 8p..8p+7
@@ -198,7 +92,7 @@ inline void unpack_panel(const int8_t* src, int64_t K, int8_t* dst) {
 inline void linear_into_packed(const float* X, int64_t M, int64_t K, const int8_t* Wp, const float* S,
                                const float* B, int64_t N, float* O) {
   const int64_t P = N / 8;
-  const int64_t grain = std::max<int64_t>(2, (32 << 10) / std::max<int64_t>(8 * K, 1));
+  const int64_t grain = tandem_tiles::grain(8 * K, 2);
   at::parallel_for(0, P, grain, [&](int64_t p_begin, int64_t p_end) {
     if (M == 1) {
       panels<4, 1>(X, Wp, S, B, O, 0, p_begin, p_end, K, N);
@@ -222,17 +116,8 @@ inline void linear_into_packed(const float* X, int64_t M, int64_t K, const int8_
     for (int64_t p0 = p_begin; p0 < p_end; p0 += 2) {
       const int64_t p1 = std::min(p0 + 2, p_end), n0 = p0 * 8, n_rows = (p1 - p0) * 8;
       for (int64_t p = p0; p < p1; ++p) unpack_panel(Wp + p * K * 8, K, block.data() + (p - p0) * 8 * K);
-      const float* Bn = B ? B + n0 : nullptr;
-      int64_t m = 0;
-      for (; m + 6 <= M; m += 6) rows<2, 6>(X, block.data(), S + n0, Bn, O + n0, m, 0, n_rows, K, N);
-      switch (M - m) {
-        case 5: rows<2, 5>(X, block.data(), S + n0, Bn, O + n0, m, 0, n_rows, K, N); break;
-        case 4: rows<2, 4>(X, block.data(), S + n0, Bn, O + n0, m, 0, n_rows, K, N); break;
-        case 3: rows<3, 3>(X, block.data(), S + n0, Bn, O + n0, m, 0, n_rows, K, N); break;
-        case 2: rows<4, 2>(X, block.data(), S + n0, Bn, O + n0, m, 0, n_rows, K, N); break;
-        case 1: rows<4, 1>(X, block.data(), S + n0, Bn, O + n0, m, 0, n_rows, K, N); break;
-        default: break;
-      }
+      const Tiles<tandem_fp32::Int8Unpacked> unpacked{X, block.data(), S + n0, B ? B + n0 : nullptr, O + n0, K, N};
+      tandem_fp32::many_rows(unpacked, M, 0, n_rows);
     }
   });
 }
