@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "avx2_common.h"
+#include "tile_grid.h"
 
 namespace tandem_int4 {
 
@@ -37,10 +38,7 @@ inline void quantize_rows(const float* X, int64_t M, int64_t K, Quantized& out) 
       for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(x + 8 * i);
       const __m256 amax = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
                                         _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
-      __m128 a = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
-      a = _mm_max_ps(a, _mm_movehl_ps(a, a));
-      a = _mm_max_ss(a, _mm_shuffle_ps(a, a, 1));
-      float d = _mm_cvtss_f32(a) / 127.0f;
+      float d = tandem_avx2::hmax(amax) / 127.0f;
       if (!(d > 0.0f)) d = 1.0f;
       const __m256 dv = _mm256_set1_ps(d);
       __m256i qi[4];
@@ -54,6 +52,9 @@ inline void quantize_rows(const float* X, int64_t M, int64_t K, Quantized& out) 
       out.sum[m * groups + g] = hsum(_mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3])));
     }
 }
+
+// Panels (4 rows of K int4 weights: 2K bytes) to a thread, at least 2.
+inline int64_t panel_grain(int64_t K) { return tandem_tiles::grain(2 * K, 2); }
 
 struct Args {
   const int8_t* XQ;
@@ -158,9 +159,7 @@ inline const char* tile_set() { return tandem_avx2::tile_set_name(vnni_enabled()
 inline void linear_into(const Args& a, int64_t M) {
   if (use_vnni()) return tandem_int4_vnni::linear_into(a, M);
   // Split across threads only when each gets enough weights to amortize waking it (~32 KB).
-  const int64_t panel_bytes = 2 * a.K;
-  const int64_t grain = std::max<int64_t>(2, (32 << 10) / std::max<int64_t>(panel_bytes, 1));
-  at::parallel_for(0, a.N / 4, grain, [&](int64_t p0, int64_t p1) {
+  at::parallel_for(0, a.N / 4, panel_grain(a.K), [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t m = 0; m < M; m += 4) panel_rows(std::min<int64_t>(4, M - m), a, m, p);
   });

@@ -110,16 +110,11 @@ inline void rows(int64_t count, const Args& a, int64_t m, int64_t p0, int64_t p1
 }
 
 inline void linear_into(const Args& a, int64_t M) {
-  const int64_t panel_bytes = 2 * a.K;
-  const int64_t grain = std::max<int64_t>(2, (32 << 10) / std::max<int64_t>(panel_bytes, 1));
   constexpr int64_t kPanels = 4;  // 16 weight rows stay in L1 while every chunk of rows uses them
-  at::parallel_for(0, a.N / 4, grain, [&](int64_t p_begin, int64_t p_end) {
-    for (int64_t p0 = p_begin; p0 < p_end; p0 += kPanels) {
-      const int64_t p1 = std::min(p0 + kPanels, p_end);
-      // Verification (up to 9 rows) in one pass; a prefill in chunks of 8 (18-27 registers).
-      const int64_t chunk = M <= 9 ? M : 8;
-      for (int64_t m = 0; m < M; m += chunk) rows(std::min(chunk, M - m), a, m, p0, p1, m == 0);
-    }
+  tandem_tiles::parallel_blocks(a.N / 4, tandem_int4::panel_grain(a.K), kPanels, [&](int64_t p0, int64_t p1) {
+    // Verification (up to 9 rows) in one pass; a prefill in chunks of 8 (18-27 registers).
+    const int64_t chunk = M <= 9 ? M : 8;
+    for (int64_t m = 0; m < M; m += chunk) rows(std::min(chunk, M - m), a, m, p0, p1, m == 0);
   });
 }
 

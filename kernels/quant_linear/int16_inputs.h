@@ -22,16 +22,14 @@
 #include <vector>
 
 #include "avx2_common.h"
+#include "int16_blocks.h"
 #include "int16_inputs_vnni.h"
+#include "tile_grid.h"
 
 namespace tandem_a16 {
 
-constexpr int64_t kBlock = 256;  // inputs per scale; a power of two, a multiple of 16
-// Exact int32 sums: a block adds at most kBlock/2 products pairs per lane of |q| <= 127 times
-// |x| <= 32767, 2^31 / (2 * 127 * 32767) ~ 258 pairs.
-static_assert(kBlock % 16 == 0 && (kBlock & (kBlock - 1)) == 0 && kBlock / 2 <= 258, "block");
-
-inline int64_t blocks(int64_t K) { return (K + kBlock - 1) / kBlock; }
+using tandem_int16::blocks;
+using tandem_int16::kBlock;  // inputs per scale (256)
 
 // Whether the AVX-512 VNNI tiles (int16_inputs_vnni.h) run where the CPU has them and K is a
 // multiple of their step. On unless the environment says TANDEM_AVX512=0 (to measure the AVX2
@@ -62,10 +60,7 @@ inline void quantize_rows(const float* X, int64_t M, int64_t K, int16_t* Q, floa
       __m256 mx = _mm256_setzero_ps();
       int64_t k = k0;
       for (; k + 8 <= k1; k += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(_mm256_loadu_ps(x + k), absmask));
-      __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-      h = _mm_max_ss(h, _mm_shuffle_ps(h, h, 1));
-      float amax = _mm_cvtss_f32(h);
+      float amax = tandem_avx2::hmax(mx);
       for (; k < k1; ++k) amax = std::max(amax, std::fabs(x[k]));
       S[m * nb + b] = amax / 32767.0f;
       const float inv = amax > 0 ? 32767.0f / amax : 0.0f;
@@ -82,32 +77,17 @@ inline void quantize_rows(const float* X, int64_t M, int64_t K, int16_t* Q, floa
   }
 }
 
-// A block's int32 sums, scaled by its input scales, into the fp32 sums; the int32 sums restart.
-#define TANDEM_A16_FLUSH(b)                                                                     \
-  for (int j = 0; j < MR; ++j) {                                                               \
-    const __m256 s_ = _mm256_broadcast_ss(XS + (m + j) * nb + (b));                            \
-    for (int i = 0; i < NR; ++i) {                                                             \
-      float* a_ = sums + (i * MR + j) * 8;                                                     \
-      _mm256_store_ps(a_, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[i][j]), s_, _mm256_load_ps(a_))); \
-      acc[i][j] = _mm256_setzero_si256();                                                      \
-    }                                                                                          \
-  }
-
 // NR weight rows x MR input rows. Registers: NR*MR int32 sums + NR widened weight vectors + one
 // product (the inputs are read from L1 as memory operands), so NR*MR + NR <= 15. The fp32 sums
-// over blocks stay in memory (L1): in registers they would push the int32 sums out.
+// over blocks stay in memory (L1; int16_blocks.h).
 template <int NR, int MR>
 inline void tile(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
                  int64_t m, int64_t n, int64_t n_end, int64_t K, int64_t N, bool may_prefetch) {
-  const int64_t nb = blocks(K);
-  alignas(32) float sums[NR * MR * 8] = {};
-  __m256i acc[NR][MR];
-  for (int i = 0; i < NR; ++i)
-    for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_si256();
+  TANDEM_INT16_TILE_STATE(256)
   const bool prefetch = may_prefetch && n + 2 * NR <= n_end;
-  // One loop over k, blocks flushed inside it, the flush a macro, no code after the loop: with
-  // the blocks as a loop of their own, a lambda, or a tail loop after it, GCC kept the int32
-  // sums in memory (2x slower).
+  // One loop over k, blocks flushed inside it, the flush a macro (int16_blocks.h), no code
+  // after the loop: with the blocks as a loop of their own, a lambda, or a tail loop after it,
+  // GCC kept the int32 sums in memory (2x slower).
   for (int64_t k = 0; k < K; k += 16) {  // K % 16 == 0 (linear_into)
     // The next tile's NR rows are NR*K contiguous bytes: fetch them as one run (int8_gemm.h).
     if (prefetch && ((k * NR) & 63) < NR * 16)
@@ -119,7 +99,7 @@ inline void tile(const int16_t* X, const float* XS, const int8_t* W, const float
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(X + (m + j) * K + k));
       for (int i = 0; i < NR; ++i) acc[i][j] = _mm256_add_epi32(acc[i][j], _mm256_madd_epi16(wv[i], xv));
     }
-    if (((k + 16) & (kBlock - 1)) == 0 || k + 16 == K) TANDEM_A16_FLUSH(k / kBlock)
+    if (((k + 16) & (kBlock - 1)) == 0 || k + 16 == K) TANDEM_INT16_FLUSH(256, k / kBlock)
   }
   for (int i = 0; i < NR; ++i)
     for (int j = 0; j < MR; ++j)
@@ -127,31 +107,11 @@ inline void tile(const int16_t* X, const float* XS, const int8_t* W, const float
       O[(m + j) * N + n + i] = std::fma(tandem_avx2::hsum(_mm256_load_ps(sums + (i * MR + j) * 8)), S[n + i], B ? B[n + i] : 0.0f);
 }
 
-template <int NR, int MR>
-inline void rows(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
-                 int64_t m, int64_t n0, int64_t n1, int64_t K, int64_t N, bool may_prefetch) {
-  int64_t n = n0;
-  for (; n + NR <= n1; n += NR) tile<NR, MR>(X, XS, W, S, B, O, m, n, n1, K, N, may_prefetch);
-  for (; n < n1; ++n) tile<1, MR>(X, XS, W, S, B, O, m, n, n1, K, N, false);
-}
-
-// Chunks of MR1, MRS... input rows against the same NR weight rows, one after the other; later
-// chunks find the weights in L1 (only the first prefetches). As in int8_gemm.h.
-template <int NR, int MR1, int... MRS>
-inline void split_rows(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
-                       int64_t n0, int64_t n1, int64_t K, int64_t N) {
-  int64_t n = n0;
-  for (; n + NR <= n1; n += NR) {
-    tile<NR, MR1>(X, XS, W, S, B, O, 0, n, n1, K, N, true);
-    int64_t m = MR1;
-    ((tile<NR, MRS>(X, XS, W, S, B, O, m, n, n1, K, N, false), m += MRS), ...);
-  }
-  for (; n < n1; ++n) {
-    tile<1, MR1>(X, XS, W, S, B, O, 0, n, n1, K, N, false);
-    int64_t m = MR1;
-    ((tile<1, MRS>(X, XS, W, S, B, O, m, n, n1, K, N, false), m += MRS), ...);
-  }
-}
+// The tiles over the row-major inputs, for tandem_tiles' walkers.
+struct Tiles : tandem_int16::Buffers {
+  template <int NR, int MR>
+  void run(int64_t m, int64_t n, int64_t n_end, bool prefetch) const { tile<NR, MR>(X, XS, W, S, B, O, m, n, n_end, K, N, prefetch); }
+};
 
 // Widths that are not a multiple of 16 (none in the supported models): one output at a time,
 // the same arithmetic for every number of rows.
@@ -181,40 +141,39 @@ inline void linear_into(const float* Xf, int64_t M, int64_t K, const int8_t* W, 
   const int16_t* X = q.data();
   const float* XS = qs.data();
   if (K % 16 != 0) return linear_scalar(X, XS, M, K, W, S, B, N, O);
-  if (use_vnni(K)) return tandem_a16_vnni::linear_into(X, XS, M, K, W, S, B, N, O, kBlock);
-  const int64_t grain = std::max<int64_t>(64, (32 << 10) / std::max<int64_t>(K, 1));
+  if (use_vnni(K)) return tandem_a16_vnni::linear_into(X, XS, M, K, W, S, B, N, O);
+  const Tiles t{{X, XS, W, S, B, O, M, K, N}};
+  const int64_t grain = tandem_tiles::grain(K, 64);
   if (M <= 9) {  // decoding and verification (a draft of up to 8 tokens plus one)
     at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) {
+      // Several chunks: Prefetch{} makes the first chunk's prefetch a compile-time constant.
+      using namespace tandem_tiles;
       switch (M) {
-        case 1: rows<4, 1>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
-        case 2: rows<4, 2>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
-        case 3: rows<3, 3>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
-        case 4: rows<2, 4>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
-        case 5: rows<2, 5>(X, XS, W, S, B, O, 0, n0, n1, K, N, true); break;
-        case 6: split_rows<3, 3, 3>(X, XS, W, S, B, O, n0, n1, K, N); break;
-        case 7: split_rows<3, 3, 2, 2>(X, XS, W, S, B, O, n0, n1, K, N); break;
-        case 8: split_rows<3, 3, 3, 2>(X, XS, W, S, B, O, n0, n1, K, N); break;
-        default: split_rows<3, 3, 3, 3>(X, XS, W, S, B, O, n0, n1, K, N); break;
+        case 1: rows<4, 1>(t, 0, n0, n1, true); break;
+        case 2: rows<4, 2>(t, 0, n0, n1, true); break;
+        case 3: rows<3, 3>(t, 0, n0, n1, true); break;
+        case 4: rows<2, 4>(t, 0, n0, n1, true); break;
+        case 5: rows<2, 5>(t, 0, n0, n1, true); break;
+        case 6: split_rows<3, 3, 3>(t, 0, n0, n1, Prefetch{}); break;
+        case 7: split_rows<3, 3, 2, 2>(t, 0, n0, n1, Prefetch{}); break;
+        case 8: split_rows<3, 3, 3, 2>(t, 0, n0, n1, Prefetch{}); break;
+        default: split_rows<3, 3, 3, 3>(t, 0, n0, n1, Prefetch{}); break;
       }
     });
     return;
   }
   constexpr int64_t kRows = 16;  // weight rows kept in L1/L2 while every input row uses them
-  at::parallel_for(0, N, grain, [&](int64_t n_begin, int64_t n_end) {
-    for (int64_t n0 = n_begin; n0 < n_end; n0 += kRows) {
-      const int64_t n1 = std::min(n0 + kRows, n_end);
-      int64_t m = 0;
-      for (; m + 4 <= M; m += 4) rows<2, 4>(X, XS, W, S, B, O, m, n0, n1, K, N, false);
-      switch (M - m) {
-        case 3: rows<3, 3>(X, XS, W, S, B, O, m, n0, n1, K, N, false); break;
-        case 2: rows<4, 2>(X, XS, W, S, B, O, m, n0, n1, K, N, false); break;
-        case 1: rows<4, 1>(X, XS, W, S, B, O, m, n0, n1, K, N, false); break;
-        default: break;
-      }
+  tandem_tiles::parallel_blocks(N, grain, kRows, [&](int64_t n0, int64_t n1) {
+    using tandem_tiles::rows;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) rows<2, 4>(t, m, n0, n1, false);
+    switch (M - m) {
+      case 3: rows<3, 3>(t, m, n0, n1, false); break;
+      case 2: rows<4, 2>(t, m, n0, n1, false); break;
+      case 1: rows<4, 1>(t, m, n0, n1, false); break;
+      default: break;
     }
   });
 }
-
-#undef TANDEM_A16_FLUSH
 
 }  // namespace tandem_a16

@@ -23,29 +23,21 @@
 #include <vector>
 
 #include "avx2_common.h"
+#include "int16_blocks.h"
+#include "tile_grid.h"
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 
 namespace tandem_a16_vnni {
 
+using tandem_int16::kBlock;
 constexpr int64_t kStep = 32;  // inputs per instruction (int16 pairs x 16 lanes)
 
 // The sum of 16 lanes, always in the same order.
 inline float hsum16(__m512 v) {
   return tandem_avx2::hsum(_mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)));
 }
-
-// A block's int32 sums, scaled by its input scales, into the fp32 sums (L1); the sums restart.
-#define TANDEM_VNNI_FLUSH(b)                                                                    \
-  for (int j = 0; j < MR; ++j) {                                                               \
-    const __m512 s_ = _mm512_set1_ps(XS[(m + j) * nb + (b)]);                                  \
-    for (int i = 0; i < NR; ++i) {                                                             \
-      float* a_ = sums + (i * MR + j) * 16;                                                    \
-      _mm512_store_ps(a_, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][j]), s_, _mm512_load_ps(a_))); \
-      acc[i][j] = _mm512_setzero_si512();                                                      \
-    }                                                                                          \
-  }
 
 // NR weight rows x MR input rows: NR*MR int32 sums + NR widened weight vectors in registers,
 // the inputs read as memory operands; NR*MR + NR <= 30 leaves the flush two registers.
@@ -54,13 +46,9 @@ inline float hsum16(__m512 v) {
 // and GCC spilled them) and they stream in order.
 template <int NR, int MR>
 inline void tile(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
-                 int64_t M, int64_t m, int64_t n, int64_t n_end, int64_t K, int64_t N, int64_t kBlock, bool may_prefetch) {
+                 int64_t M, int64_t m, int64_t n, int64_t n_end, int64_t K, int64_t N, bool may_prefetch) {
   static_assert(NR * MR + NR <= 30, "registers");
-  const int64_t nb = (K + kBlock - 1) / kBlock;
-  alignas(64) float sums[NR * MR * 16] = {};
-  __m512i acc[NR][MR];
-  for (int i = 0; i < NR; ++i)
-    for (int j = 0; j < MR; ++j) acc[i][j] = _mm512_setzero_si512();
+  TANDEM_INT16_TILE_STATE(512)
   const bool prefetch = may_prefetch && n + 2 * NR <= n_end;
   const char* next = reinterpret_cast<const char*>(W + (n + NR) * K);
   const int8_t* w = W + n * K;
@@ -85,7 +73,7 @@ inline void tile(const int16_t* X, const float* XS, const int8_t* W, const float
       for (int i = 0; i < NR; ++i) acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], wv[i], xv);
     }
     if (--left == 0 || k + kStep == K) {
-      TANDEM_VNNI_FLUSH(block)
+      TANDEM_INT16_FLUSH(512, block)
       ++block;
       left = steps_per_block;
     }
@@ -95,23 +83,11 @@ inline void tile(const int16_t* X, const float* XS, const int8_t* W, const float
       O[(m + j) * N + n + i] = std::fma(hsum16(_mm512_load_ps(sums + (i * MR + j) * 16)), S[n + i], B ? B[n + i] : 0.0f);
 }
 
-// Weight rows n0 .. n1-1 in groups of NR against input rows m, m + MR1, ... (chunks of MR1,
-// MRS...), chunk after chunk: later chunks find the group's weights in L1; the first prefetches.
-template <int NR, int MR1, int... MRS>
-inline void groups(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
-                   int64_t M, int64_t m0, int64_t n0, int64_t n1, int64_t K, int64_t N, int64_t kBlock, bool prefetch) {
-  int64_t n = n0;
-  for (; n + NR <= n1; n += NR) {
-    tile<NR, MR1>(X, XS, W, S, B, O, M, m0, n, n1, K, N, kBlock, prefetch);
-    int64_t m = m0 + MR1;
-    ((tile<NR, MRS>(X, XS, W, S, B, O, M, m, n, n1, K, N, kBlock, false), m += MRS), ...);
-  }
-  for (; n < n1; ++n) {
-    tile<1, MR1>(X, XS, W, S, B, O, M, m0, n, n1, K, N, kBlock, false);
-    int64_t m = m0 + MR1;
-    ((tile<1, MRS>(X, XS, W, S, B, O, M, m, n, n1, K, N, kBlock, false), m += MRS), ...);
-  }
-}
+// The tiles over the step-major inputs, for tandem_tiles' walkers.
+struct Tiles : tandem_int16::Buffers {
+  template <int NR, int MR>
+  void run(int64_t m, int64_t n, int64_t n_end, bool prefetch) const { tile<NR, MR>(X, XS, W, S, B, O, M, m, n, n_end, K, N, prefetch); }
+};
 
 // Input rows m0 .. m0+R-1 (R <= 9) of M against weight rows n0 .. n1-1. The tiles were picked
 // by measuring one layer from memory on 2 threads (Zen 4). Short rows: the inputs stay in L1
@@ -119,11 +95,9 @@ inline void groups(const int16_t* X, const float* XS, const int8_t* W, const flo
 // NR 3 0.53, NR 2 0.64; 4 rows: NR 6 0.50, NR 5 0.51-0.54, and the LM head 9.4 ms vs 10.0);
 // long rows (8960 -> 1536): the inputs come from L2 and more weight rows share each load
 // (NR 3 0.89 ms, NR 2 0.98). Bigger tiles and chunks of rows (as in int16_inputs.h) were slower.
-inline void few_rows(const int16_t* X, const float* XS, const int8_t* W, const float* S, const float* B, float* O,
-                     int64_t M, int64_t m0, int64_t R, int64_t n0, int64_t n1, int64_t K, int64_t N, int64_t kBlock,
-                     bool prefetch) {
-  const bool long_rows = K * R * 2 > (24 << 10);  // the tile's inputs do not fit in L1
-#define TANDEM_VNNI_TILE(NR, MR) { groups<NR, MR>(X, XS, W, S, B, O, M, m0, n0, n1, K, N, kBlock, prefetch); break; }
+inline void few_rows(const Tiles& t, int64_t m0, int64_t R, int64_t n0, int64_t n1, bool prefetch) {
+  const bool long_rows = t.K * R * 2 > (24 << 10);  // the tile's inputs do not fit in L1
+#define TANDEM_VNNI_TILE(NR, MR) { tandem_tiles::rows<NR, MR>(t, m0, n0, n1, prefetch); break; }
   switch (R) {
     case 1: TANDEM_VNNI_TILE(4, 1)
     case 2: TANDEM_VNNI_TILE(6, 2)
@@ -148,27 +122,23 @@ inline void pack_steps(const int16_t* Q, int64_t M, int64_t K, int16_t* P) {
 
 // O[M, N] from the quantized inputs Q [M, K] (int16_inputs.h quantizes them); K % kStep == 0.
 inline void linear_into(const int16_t* Q, const float* XS, int64_t M, int64_t K, const int8_t* W, const float* S,
-                        const float* B, int64_t N, float* O, int64_t kBlock) {
+                        const float* B, int64_t N, float* O) {
   std::vector<int16_t> buffer(M * K + 32);  // + 64 bytes to align to them
   int16_t* X = reinterpret_cast<int16_t*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t(63));
   pack_steps(Q, M, K, X);
-  const int64_t grain = std::max<int64_t>(64, (32 << 10) / std::max<int64_t>(K, 1));
+  const Tiles t{{X, XS, W, S, B, O, M, K, N}};
+  const int64_t grain = tandem_tiles::grain(K, 64);
   if (M <= 9) {  // decoding and verification (a draft of up to 8 tokens plus one)
-    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { few_rows(X, XS, W, S, B, O, M, 0, M, n0, n1, K, N, kBlock, true); });
+    at::parallel_for(0, N, grain, [&](int64_t n0, int64_t n1) { few_rows(t, 0, M, n0, n1, true); });
     return;
   }
   constexpr int64_t kRows = 24;  // weight rows kept in L1/L2 while every input row uses them
-  at::parallel_for(0, N, grain, [&](int64_t n_begin, int64_t n_end) {
-    for (int64_t n0 = n_begin; n0 < n_end; n0 += kRows) {
-      const int64_t n1 = std::min(n0 + kRows, n_end);
-      int64_t m = 0;
-      for (; m + 8 <= M; m += 8) groups<3, 8>(X, XS, W, S, B, O, M, m, n0, n1, K, N, kBlock, false);
-      few_rows(X, XS, W, S, B, O, M, m, M - m, n0, n1, K, N, kBlock, false);
-    }
+  tandem_tiles::parallel_blocks(N, grain, kRows, [&](int64_t n0, int64_t n1) {
+    int64_t m = 0;
+    for (; m + 8 <= M; m += 8) tandem_tiles::rows<3, 8>(t, m, n0, n1, false);
+    few_rows(t, m, M - m, n0, n1, false);
   });
 }
-
-#undef TANDEM_VNNI_FLUSH
 
 }  // namespace tandem_a16_vnni
 
