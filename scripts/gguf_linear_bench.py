@@ -3,6 +3,7 @@ the int4 kernel (kernels/int4_linear) at the same shapes in the same run.
 
     python scripts/gguf_linear_bench.py [--threads 2 --rows 1 5 9 53 --types Q4_K Q6_K]
     python scripts/gguf_linear_bench.py --model drafter      # the 0.5B drafter's shapes, Q5_0 and Q8_0
+    python scripts/gguf_linear_bench.py --gguf FILE.gguf     # every matmul of a real model, in order
 
 Weights come from memory, as in a real forward pass (the model is far larger than the caches):
 each timed call uses the next of enough copies to overflow the L3 cache. Prints ms per
@@ -72,6 +73,27 @@ def set_tiles(tiles: str) -> None:
     assert gguf_cpu.gguf_isa() == tiles and int4_cpu.int4_isa() == tiles
 
 
+def time_model(path: Path, rows: list[int], repeats: int) -> None:
+    """One pass over every linear weight of a GGUF file (the output projection included, the
+    embedding table not: a lookup), in file order, from its memory map: a decode step's (and a
+    verification block's) matmuls, without attention and norms."""
+    import gguf
+
+    weights = []
+    for tensor in gguf.GGUFReader(path).tensors:
+        if len(tensor.shape) == 2 and tensor.tensor_type in gguf_linear.SUPPORTED_TYPES and "token_embd" not in tensor.name:
+            weights.append(gguf_linear.prepare(tensor.data, tensor.tensor_type, int(tensor.shape[1]), int(tensor.shape[0])))
+    total = sum(w.nbytes for w in weights)
+    kinds = sorted({w.qtype.name for w in weights})
+    print(f"{path.name}: {len(weights)} weights ({', '.join(kinds)}), {total / 1e6:.0f} MB")
+    gen = torch.Generator().manual_seed(0)
+    for m in rows:
+        inputs = {k: torch.randn(m, k, generator=gen) for k in {w.k for w in weights}}
+        best = best_ms([lambda inputs=inputs: [gguf_linear.linear(inputs[w.k], w) for w in weights]], repeats)
+        print(f"  M={m:<3} {best:8.2f} ms a pass  ({total / (best * 1e-3) / 1e9:5.1f} GB/s; "
+              f"{best / m:6.2f} ms a row)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
@@ -79,6 +101,7 @@ def main() -> None:
     parser.add_argument("--model", choices=sorted(SHAPES), default="target")
     parser.add_argument("--types", nargs="+", help="GGUF types (default: the model's own)")
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--gguf", type=Path, help="time every linear weight of this GGUF file instead")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if gguf_linear.active_backend() != "cpu_avx2" or int4_linear.active_backend() != "cpu_avx2":
@@ -89,6 +112,12 @@ def main() -> None:
 
     cpu_avx2.gguf_allow_vnni(True)
     tile_sets = ["avx2"] + (["avx512_vnni"] if cpu_avx2.gguf_isa() == "avx512_vnni" else [])
+    if args.gguf is not None:
+        for tiles in tile_sets:
+            cpu_avx2.gguf_allow_vnni(tiles == "avx512_vnni")
+            print(f"{args.threads} threads, {gguf_linear.backend_name()}, best of {args.repeats}")
+            time_model(args.gguf, args.rows, args.repeats)
+        return
     print(f"{args.model} shapes, {args.threads} threads, best ms per call of {args.repeats}; "
           f"GB/s: weight bytes / time at M=1")
     head = f"{'':34}" + "".join(f"{'M=' + str(m):>8}" for m in args.rows) + f"{'GB/s':>7}  {'9 rows / 1':>10}"
