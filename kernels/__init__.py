@@ -18,6 +18,6 @@ def cpu_kernel_report() -> str:
     parts = []
     for package, what in CPU_KERNELS.items():
         module = importlib.import_module(f"kernels.{package}")
-        detail = module.backend_detail() if hasattr(module, "backend_detail") else ""
-        parts.append(f"{what} {module.backends.active_name()}{detail}")
+        detail = getattr(module, "backend_detail", module.backends.detail)  # a package may word its own
+        parts.append(f"{what} {module.backends.active_name()}{detail()}")
     return ", ".join(parts)

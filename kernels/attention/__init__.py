@@ -6,26 +6,14 @@ The backend is chosen once, on first use; ``use_backend(name)`` overrides it (te
 from __future__ import annotations
 
 from kernels.attention import reference
-from kernels.backends import CpuBackends
+from kernels.backends import CpuBackends, package_api
 
 backends = CpuBackends("attention", reference, "attention")
-
-
-def available_backends() -> list[str]:
-    return backends.available()
-
-
-def fast_backend():
-    """The compiled backend when it is the one in use, else None."""
-    return backends.fast()
-
-
-def use_backend(name: str) -> None:
-    backends.use(name)
+available_backends, active_backend, fast_backend, use_backend = package_api(__name__)
 
 
 def causal_attention(query, key, value, scaling):
     return backends.active.causal_attention(query, key, value, scaling)
 
 
-__all__ = ["available_backends", "causal_attention", "fast_backend", "use_backend"]
+__all__ = ["active_backend", "available_backends", "causal_attention", "fast_backend", "use_backend"]

@@ -6,34 +6,16 @@ first use; ``use_backend(name)`` overrides it (tests).
 """
 from __future__ import annotations
 
-from kernels.backends import CpuBackends
+from kernels.backends import CpuBackends, package_api
 from kernels.draft_decoder import reference
 
-backends = CpuBackends("draft_decoder", reference, "drafter decoder")
-
-
-def available_backends() -> list[str]:
-    return backends.available()
-
-
-def fast_backend():
-    return backends.fast()
-
-
-def use_backend(name: str) -> None:
-    backends.use(name)
-
-
-def backend_detail() -> str:
-    """The tiles int8 targets' layers run (kernels.quant_linear.tile_set_detail)."""
-    from kernels.draft_decoder import cpu_avx2
-    from kernels.quant_linear import tile_set_detail
-
-    return tile_set_detail(backends.active_name(), cpu_avx2.a16_isa)
+# isa: the tiles int8 targets' layers (int16 inputs) run, for kernel reports.
+backends = CpuBackends("draft_decoder", reference, "drafter decoder", isa="a16_isa")
+available_backends, active_backend, fast_backend, use_backend = package_api(__name__)
 
 
 def decoder_layer(*args) -> None:
     backends.active.decoder_layer(*args)
 
 
-__all__ = ["available_backends", "decoder_layer", "fast_backend", "use_backend"]
+__all__ = ["active_backend", "available_backends", "decoder_layer", "fast_backend", "use_backend"]

@@ -4,18 +4,11 @@ The backend is chosen once, on first use; ``use_backend(name)`` overrides it (te
 """
 from __future__ import annotations
 
-from kernels.backends import CpuBackends
+from kernels.backends import CpuBackends, package_api
 from kernels.draft_head import reference
 
 backends = CpuBackends("draft_head", reference, "draft head")
-
-
-def available_backends() -> list[str]:
-    return backends.available()
-
-
-def use_backend(name: str) -> None:
-    backends.use(name)
+available_backends, active_backend, fast_backend, use_backend = package_api(__name__)
 
 
 def subset_logits(hidden, weight, scale=None):
@@ -30,4 +23,4 @@ def greedy_ids(logits, ids):
     return backends.active.greedy_ids(logits, ids)
 
 
-__all__ = ["available_backends", "greedy_ids", "subset_logits", "to_vocab", "use_backend"]
+__all__ = ["active_backend", "available_backends", "fast_backend", "greedy_ids", "subset_logits", "to_vocab", "use_backend"]

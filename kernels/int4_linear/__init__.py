@@ -11,36 +11,12 @@ overrides it (tests). ``quantize`` is the same for every backend.
 """
 from __future__ import annotations
 
-from kernels.backends import CpuBackends
+from kernels.backends import CpuBackends, package_api
 from kernels.int4_linear import reference
 from kernels.int4_linear.reference import GROUP, dequantize, quantize
 
-backends = CpuBackends("int4_linear", reference, "int4 linear")
-
-
-def available_backends() -> list[str]:
-    return backends.available()
-
-
-def fast_backend():
-    """The best non-reference backend, or None (then int4 weights would only be slower)."""
-    return backends.fast()
-
-
-def active_backend() -> str:
-    return backends.active_name()
-
-
-def use_backend(name: str) -> None:
-    backends.use(name)
-
-
-def backend_detail() -> str:
-    """" (AVX-512 VNNI)" where the compiled backend's tiles use it (kernels.quant_linear.tile_set_detail)."""
-    from kernels.int4_linear import cpu_avx2
-    from kernels.quant_linear import tile_set_detail
-
-    return tile_set_detail(active_backend(), cpu_avx2.int4_isa)
+backends = CpuBackends("int4_linear", reference, "int4 linear", isa="int4_isa")
+available_backends, active_backend, fast_backend, use_backend = package_api(__name__)
 
 
 def linear(x, packed, scale, offset, bias=None):
@@ -48,5 +24,4 @@ def linear(x, packed, scale, offset, bias=None):
     return backends.active.linear(x, packed, scale, offset, bias)
 
 
-__all__ = ["GROUP", "active_backend", "available_backends", "backend_detail", "dequantize", "fast_backend", "linear", "quantize",
-           "use_backend"]
+__all__ = ["GROUP", "active_backend", "available_backends", "dequantize", "fast_backend", "linear", "quantize", "use_backend"]

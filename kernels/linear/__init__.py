@@ -12,24 +12,15 @@ which keeps greedy speculation token-identical to plain decoding in bf16 too.
 """
 from __future__ import annotations
 
-from kernels.backends import CpuBackends
+from kernels.backends import CpuBackends, package_api
 from kernels.linear import reference
 
 backends = CpuBackends("linear", reference, "CPU linear")
-
-
-def available_backends() -> list[str]:
-    return backends.available()
-
-
-def fast_backend():
-    """The best non-reference backend, or None. Loaded (and compiled) on first call."""
-    return backends.fast()
-
-
-def use_backend(name: str) -> None:
-    backends.use(name)
+available_backends, active_backend, fast_backend, use_backend = package_api(__name__)
 
 
 def linear(x, weight, bias=None):
     return backends.active.linear(x, weight, bias)
+
+
+__all__ = ["active_backend", "available_backends", "fast_backend", "linear", "use_backend"]
