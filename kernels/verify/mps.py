@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from kernels.verify.reference import Randomness, Verdict, draw_randomness
+from kernels.verify import reference
+from kernels.verify.reference import Verdict
 
 
 def _first_true_or(mask: torch.Tensor, default: int) -> torch.Tensor:
@@ -37,23 +38,15 @@ def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> Ve
     return Verdict(n_host, next_host)
 
 
-def sampled_verdict(
-    draft_tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    randomness: Randomness,
-) -> Verdict:
-    """draft_tokens: [k]; draft_probs: [k, V] or None; target_probs: [k+1, V] (float32)."""
-    p = target_probs.float()
+def _decide(s: reference.Sampled) -> Verdict:
+    """reference.decide with masks instead of branches (module docstring)."""
+    p, q, x = s.p, s.q, s.x
     dev = p.device
-    k, vocab = draft_tokens.shape[0], p.shape[-1]
-    x = draft_tokens.to(dev)
-    w = randomness.race.to(dev)
+    k, vocab = x.shape[0], p.shape[-1]
     rows = torch.arange(k, device=dev)
-    q = None if draft_probs is None else draft_probs.float()
     p_x = p[rows, x]
     q_x = torch.ones_like(p_x) if q is None else q[rows, x]
-    accepted = randomness.accept_u.to(dev) * q_x < p_x
+    accepted = s.u * q_x < p_x
     n = _first_true_or(~accepted, k)  # 0-d, in 0..k
     p_n = p.index_select(0, n.view(1))[0]  # [V]: the rejected row, or p_{k+1} when n == k
     if k == 0:
@@ -68,13 +61,11 @@ def sampled_verdict(
         else:
             # q_n * 0.0 == 0.0 exactly, so at n == k this is max(0, p_{k+1}) = p_{k+1}.
             residual = (p_n - q.index_select(0, safe_n)[0] * before_end).clamp_min(0.0)
-    keys = residual * w
-    fallback = p_n * w
+    keys = residual * s.w
+    fallback = p_n * s.w
     y = torch.where(keys.max() > 0, keys.argmax(), fallback.argmax())
     n_host, y_host = torch.stack([n, y]).tolist()  # the one sync
     return Verdict(n_host, y_host)
 
 
-def verify_sampled(draft_tokens, draft_probs, target_probs, generator) -> Verdict:
-    draws = draw_randomness(draft_tokens.shape[0], target_probs.shape[-1], generator, target_probs.device)
-    return sampled_verdict(draft_tokens, draft_probs, target_probs, draws)
+sampled_verdict, verify_sampled = reference.sampled_backend(_decide)

@@ -100,27 +100,62 @@ def race(weights: torch.Tensor, race_w: torch.Tensor) -> int | None:
     return int(keys.argmax())
 
 
-def sampled_verdict(
-    draft_tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    randomness: Randomness,
-) -> Verdict:
-    """The rejection rule given its random numbers (see ``draw_randomness``).
+class Sampled(NamedTuple):
+    """A sampled verification's inputs, on the target's device: p [k+1, V] and q [k, V] (None
+    for a deterministic drafter) in float32, the drafts x [k], and the random numbers (u: the
+    acceptance uniforms [k], w: the race weights [V])."""
 
-    draft_tokens: [k] long. draft_probs: [k, V] (q) or None for a deterministic drafter
-    (q_i = one_hot(x_i)). target_probs: [k+1, V] (p), already temperature/top-k/top-p processed.
-    """
-    p = target_probs.float()
-    k = draft_tokens.shape[0]
-    x = draft_tokens.to(p.device)
+    p: torch.Tensor
+    q: torch.Tensor | None
+    x: torch.Tensor
+    u: torch.Tensor
+    w: torch.Tensor
+
+
+def sampled_backend(decide):
+    """``(sampled_verdict, verify_sampled)`` for a backend whose ``decide(Sampled) -> Verdict``
+    applies the rule: every backend takes the same arguments and puts them on the target's
+    device the same way, and draws its random numbers with ``draw_randomness``."""
+
+    def sampled_verdict(
+        draft_tokens: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        target_probs: torch.Tensor,
+        randomness: Randomness,
+    ) -> Verdict:
+        """The rejection rule given its random numbers (see ``draw_randomness``).
+
+        draft_tokens: [k] long. draft_probs: [k, V] (q) or None for a deterministic drafter
+        (q_i = one_hot(x_i)). target_probs: [k+1, V] (p), already temperature/top-k/top-p
+        processed.
+        """
+        p = target_probs.float()
+        q = None if draft_probs is None else draft_probs.float()
+        dev = p.device
+        return decide(Sampled(p, q, draft_tokens.to(dev), randomness.accept_u.to(dev), randomness.race.to(dev)))
+
+    def verify_sampled(
+        draft_tokens: torch.Tensor,
+        draft_probs: torch.Tensor | None,
+        target_probs: torch.Tensor,
+        generator: torch.Generator | None,
+    ) -> Verdict:
+        """Leviathan et al.'s rejection rule, drawing its random numbers from ``generator``."""
+        draws = draw_randomness(draft_tokens.shape[0], target_probs.shape[-1], generator, target_probs.device)
+        return sampled_verdict(draft_tokens, draft_probs, target_probs, draws)
+
+    return sampled_verdict, verify_sampled
+
+
+def decide(s: Sampled) -> Verdict:
+    """The sampled rule itself (the specification: module docstring), on prepared inputs."""
+    p, q, x = s.p, s.q, s.x
+    k = x.shape[0]
     rows = torch.arange(k, device=p.device)
     p_x = p[rows, x]
-    q = None if draft_probs is None else draft_probs.float()
     q_x = torch.ones_like(p_x) if q is None else q[rows, x]
     # u < p/q written without division: q_x > 0 for any token the drafter actually proposed.
-    n = _leading_true(randomness.accept_u.to(p.device) * q_x < p_x)
-    w = randomness.race.to(p.device)
+    n = _leading_true(s.u * q_x < p_x)
     if n == k:
         residual = p[k]
     elif q is None:
@@ -128,20 +163,12 @@ def sampled_verdict(
         residual[x[n]] = 0.0
     else:
         residual = (p[n] - q[n]).clamp_min(0.0)
-    y = race(residual, w)
+    y = race(residual, s.w)
     if y is None:
         # p <= q everywhere with p != q cannot happen for true distributions; rounding can leave
         # no mass at all, and then p itself is the right fallback.
-        y = race(p[n], w)
+        y = race(p[n], s.w)
     return Verdict(n, 0 if y is None else y)
 
 
-def verify_sampled(
-    draft_tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    generator: torch.Generator | None,
-) -> Verdict:
-    """Leviathan et al.'s rejection rule, drawing its random numbers from ``generator``."""
-    draws = draw_randomness(draft_tokens.shape[0], target_probs.shape[-1], generator, target_probs.device)
-    return sampled_verdict(draft_tokens, draft_probs, target_probs, draws)
+sampled_verdict, verify_sampled = sampled_backend(decide)

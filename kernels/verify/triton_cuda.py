@@ -26,7 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.verify.reference import Randomness, Verdict, draw_randomness
+from kernels.verify import reference
+from kernels.verify.reference import Verdict
 
 BLOCK_V = 2048  # vocabulary entries per program: 75 programs per row at V = 151,936
 
@@ -149,24 +150,19 @@ def verify_greedy(draft_tokens: torch.Tensor, target_logits: torch.Tensor) -> Ve
     return Verdict(n, nxt)
 
 
-def sampled_verdict(
-    draft_tokens: torch.Tensor,
-    draft_probs: torch.Tensor | None,
-    target_probs: torch.Tensor,
-    randomness: Randomness,
-) -> Verdict:
-    """draft_tokens: [k]; draft_probs: [k, V] or None; target_probs: [k+1, V] (float32)."""
-    p = target_probs.float().contiguous()
+def _decide(s: reference.Sampled) -> Verdict:
+    """reference.decide in two kernels (module docstring)."""
+    p = s.p.contiguous()
     dev = p.device
-    k, vocab = draft_tokens.shape[0], p.shape[-1]
-    has_q = draft_probs is not None and k > 0
-    q = draft_probs.float().contiguous() if has_q else p  # a valid pointer; unread without HAS_Q
-    drafts = draft_tokens.to(device=dev, dtype=torch.int64).contiguous()
-    u = randomness.accept_u.to(device=dev, dtype=torch.float32).contiguous()
+    k, vocab = s.x.shape[0], p.shape[-1]
+    has_q = s.q is not None and k > 0
+    q = s.q.contiguous() if has_q else p  # a valid pointer; unread without HAS_Q
+    drafts = s.x.to(dtype=torch.int64).contiguous()
+    u = s.u.to(dtype=torch.float32).contiguous()
     if k == 0:  # masked loads still need a real pointer
         drafts = torch.zeros(1, dtype=torch.int64, device=dev)
         u = torch.zeros(1, dtype=torch.float32, device=dev)
-    w = randomness.race.to(device=dev, dtype=torch.float32).contiguous()
+    w = s.w.to(dtype=torch.float32).contiguous()
     n_chunks = triton.cdiv(vocab, BLOCK_V)
     part = torch.empty((2, n_chunks), dtype=torch.float32, device=dev)
     part_idx = torch.empty((2, n_chunks), dtype=torch.int64, device=dev)
@@ -178,6 +174,4 @@ def sampled_verdict(
     return Verdict(n, y)
 
 
-def verify_sampled(draft_tokens, draft_probs, target_probs, generator) -> Verdict:
-    draws = draw_randomness(draft_tokens.shape[0], target_probs.shape[-1], generator, target_probs.device)
-    return sampled_verdict(draft_tokens, draft_probs, target_probs, draws)
+sampled_verdict, verify_sampled = reference.sampled_backend(_decide)
