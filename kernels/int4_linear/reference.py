@@ -12,10 +12,10 @@ Weights, for each group of GROUP = 32 consecutive weights of a row:
                                               too small for fp16)
     code   = clamp(round((w - offset) / scale), 0, 15)
     w'     = code * scale + offset
-16 bytes of codes and 4 of scale and offset: 5 bits per weight, as Q4_1. (Before session 10
-the scale was fp32: 5.5 bits; a decode step reads every byte, so a tenth fewer bytes is a
-tenth off a memory-bound step. fp16's 11-bit mantissa moves w' by at most 2^-12 of the
-group's range, against the codes' 1/30.)
+16 bytes of codes and 4 of scale and offset: 5 bits per weight, as Q4_1. (Why fp16 scales and
+not fp32, 5.5 bits: a decode step reads every byte, so a tenth fewer bytes is a tenth off a
+memory-bound step, and fp16's 11-bit mantissa moves w' by at most 2^-12 of the group's range,
+against the codes' 1/30.)
 Packing: the 32 codes of a group fill 16 bytes: byte i holds code i in its low nibble and code
 16+i in its high nibble. Rows come in panels of PANEL = 4, interleaved by group, so that the 4
 rows a decode tile reads are one contiguous stream (the hardware prefetcher follows one
