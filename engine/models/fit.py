@@ -8,7 +8,7 @@ No torch here: the app runs this on the GUI thread.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -113,13 +113,16 @@ def _context_for(entry: CatalogEntry, precision: str, device: Device, budget: in
     return next((c for c in ladder if _fits(entry, precision, c, device, budget)), None)
 
 
-def assess(entry: CatalogEntry, hardware: Hardware, precision: str = "bf16", context: int | None = None) -> FitResult:
+def assess(entry: CatalogEntry, hardware: Hardware, precision: str = "bf16", context: int | None = None,
+           devices: Collection[Device] | None = None) -> FitResult:
     """Where ``entry`` runs best on ``hardware``: the first device (GPU, unified memory, CPU)
     where it fits with headroom; else the first where it fits at all ("tight"); else "none".
     ``context`` None: on the best device where a usable context fits, the longest that does
-    (see ``recommended_context``)."""
+    (see ``recommended_context``). ``devices``: consider only those device kinds."""
     precision = canonical_precision(precision)
-    budgets = device_budgets(hardware)
+    budgets = [b for b in device_budgets(hardware) if devices is None or b[0] in devices]
+    if not budgets:
+        raise ValueError(f"this machine has none of the devices {sorted(devices or ())}")
     chosen = None
     if context is None:
         for device, budget, label in budgets:
@@ -203,18 +206,38 @@ def _rank_key(result: FitResult) -> tuple:
     return (FIT_ORDER[result.fit], slow, -result.entry.target_params, -(low + high), result.entry.id)
 
 
+# Where recommend's default offers 4-bit: torch's int4 kernels on a GPU or a Mac (on the CPU the
+# engine has its own int4, chosen by asking for it).
+_DEVICES_4BIT = ("gpu", "unified")
+
+
+def default_precisions(hardware: Hardware) -> tuple[str, ...]:
+    """16-bit, and on a machine with a GPU or Apple unified memory 4-bit too (torch's int4
+    kernels, kernels/int4pack): at 5 bits a weight an 8B model fits an 8-12 GB GPU or a 16 GB
+    Mac, where 16 bits hold ~3-4B."""
+    return ("bf16", "int4") if hardware.best_gpu is not None or hardware.is_apple else ("bf16",)
+
+
 def recommend(entries: Iterable[CatalogEntry], hardware: Hardware, context: int | None = None,
-              precisions: Sequence[str] = ("bf16",)) -> list[FitResult]:
+              precisions: Sequence[str] | None = None) -> list[FitResult]:
     """Every entry assessed on ``hardware``, best first; exactly one is marked recommended when
     anything fits. Each entry is tried in ``precisions`` (in order of preference) and reported in
-    the first one that fits with headroom (or the first, if none does); 16-bit by default, the
-    precision the engine runs fast."""
-    wanted = [canonical_precision(p) for p in precisions]
+    the first one that fits with headroom (or the first, if none does). By default
+    (``default_precisions``): 16-bit, the precision the engine runs fast, and on a GPU or a Mac
+    4-bit where 16-bit does not fit that device: a model on the GPU at 4 bits beats the same
+    model on the CPU at 16 (4-bit is not offered for the CPU here: its recommendation is as
+    before)."""
+    on_device_4bit = precisions is None
+    wanted = [canonical_precision(p) for p in (default_precisions(hardware) if precisions is None else precisions)]
     if not wanted:
         raise ValueError("recommend needs at least one precision")
     results = []
     for entry in entries:
         offered = [p for p in wanted if p in entry.precisions] or wanted[:1]
+        if on_device_4bit:
+            candidates = [assess(entry, hardware, p, context, None if p != "int4" else _DEVICES_4BIT) for p in offered]
+            results.append(min(candidates, key=lambda r: (FIT_ORDER[r.fit], offered.index(r.precision))))
+            continue
         candidates = [assess(entry, hardware, p, context) for p in offered]
         comfortable = [r for r in candidates if FIT_ORDER[r.fit] < FIT_ORDER["tight"]]
         results.append(comfortable[0] if comfortable else candidates[0])

@@ -8,7 +8,9 @@ An estimate has four parts (bytes):
                resident (an untied input embedding memory-mapped on the CPU: STORED_PRECISION);
                "int8" is the engine's int8 target: every linear layer and the LM head int8 with
                fp32 row scales, the input embedding left at bf16 (int8_target_bytes); "int4"
-               its int4 target, 5 bits per linear weight (int4_target_bytes)
+               its int4 target, 5 bits per linear weight (int4_target_bytes); "int4" on a GPU
+               or a Mac torch's int4 kernels, 5 bits per decoder weight with the LM head and
+               input embedding at int8 (int4_device_bytes)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
                per token, sliding-window layers holding at most their window
     drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" / "int4" are the
@@ -33,7 +35,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from engine.models.architecture import Architecture
+from engine.models.architecture import Architecture, estimate_params
 from engine.models.catalog import CatalogEntry, canonical_precision, weight_bytes
 from engine.models.hardware import GB
 
@@ -74,10 +76,14 @@ MIN_CONTEXT = 2048
 DEFAULT_CONTEXT = 4096
 
 
-def dtype_bytes(precision: str) -> float:
+def dtype_bytes(precision: str, device: Device = "cpu") -> float:
     """Bytes per activation / K/V element. The engine's int8 target computes and caches in fp32
-    (engine.quant.quantize.to_int8_target), and so does its int4 one."""
-    return 4.0 if canonical_precision(precision) in ("fp32", "int8", "int4") else 2.0
+    (engine.quant.quantize.to_int8_target), and so does its int4 one on the CPU; on a GPU or a
+    Mac an int4 model computes in 16 bits (torch's int4 kernels read bf16 on CUDA, fp16 on MPS)."""
+    name = canonical_precision(precision)
+    if name == "int4" and device != "cpu":
+        return 2.0
+    return 4.0 if name in ("fp32", "int8", "int4") else 2.0
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,7 @@ def activation_bytes(arch: Architecture, tokens: int, precision: str, device: De
     residual stream and its normalized copy (2a) and RMSNorm's fp32 upcast (4) per hidden unit.
     Attention on CPU and GPU uses fused SDPA kernels whose memory grows with T, not T^2.
     Measured for Qwen2.5-Coder-1.5B, bf16, CPU: 93 MiB at 1,020 tokens; this gives 99 MiB."""
-    a = dtype_bytes(precision)
+    a = dtype_bytes(precision, device)
     inter = arch.intermediate_size or 4 * arch.hidden_size
     staging = 4 if device == "cpu" and a == 2 else 0
     per_token = inter * (3 * a + staging) + arch.hidden_size * (2 * a + 4)
@@ -161,6 +167,32 @@ def int4_target_bytes(params: int, arch: Architecture | None, device: Device) ->
     return total
 
 
+# torch's int4 kernels (kernels/int4pack, engine/quant/gpu_weights.py): half a byte of codes a
+# weight, and a 16-bit scale and zero per 32 weights (4 bytes / 32): 5 bits. The packed tensors
+# hold exactly that (tests/kernels/test_int4pack.py measures the CUDA / MPS layout through
+# torch's meta kernels and the CPU one for real).
+INT4PACK_BYTES_PER_WEIGHT = 0.5 + 4 / 32
+
+
+def int4_device_bytes(params: int, arch: Architecture | None) -> int:
+    """Resident bytes of an "int4" target on a GPU or a Mac (engine/quant/gpu_weights.py
+    ``to_4bit_device_weights``): decoder linears at INT4PACK_BYTES_PER_WEIGHT; the LM head and
+    the input embedding int8 with a 16-bit scale per row, one table for both when they are
+    tied; norms and biases are noise. Parameters the decoder's shapes do not account for (Gemma
+    4's per-layer embeddings, experts held as fused tensors rather than linear layers) stay at
+    16 bits: the conversion only takes nn.Linear layers and the input embedding. (A GGUF file's
+    6- and 8-bit tensors held at int8 add ~3 bits a weight on those: Q4_K_M's are ~11% of a
+    1.5B model's decoder weights.)"""
+    if arch is None:
+        return math.ceil(params * INT4PACK_BYTES_PER_WEIGHT)
+    table = arch.vocab_size * arch.hidden_size
+    tables = 1 if arch.tie_word_embeddings else 2
+    unshaped = params - estimate_params(arch)
+    other = unshaped if unshaped > 0.05 * params else 0  # dense decoders match their shapes within 0.01%
+    layers = max(0, params - other - tables * table)
+    return math.ceil(layers * INT4PACK_BYTES_PER_WEIGHT + tables * table * (1 + 2 / arch.hidden_size) + 2 * other)
+
+
 def quantized_drafter_bytes(params: int, arch: Architecture | None, weights: str, device: Device) -> int:
     """Resident bytes of the engine's int8 or int4 drafter (engine/quant/quantize.py): the decoder
     layers' linears as int8 with fp32 row scales, or int4 at 5 bits a weight (as the int4
@@ -178,9 +210,9 @@ def quantized_drafter_bytes(params: int, arch: Architecture | None, weights: str
     return total
 
 
-def _logits_bytes(vocab: int, precision: str) -> int:
+def _logits_bytes(vocab: int, precision: str, device: Device) -> int:
     # A verification pass returns k+1 rows of logits, upcast to fp32 for sampling.
-    return int(MAX_VERIFY_ROWS * vocab * (dtype_bytes(precision) + 4))
+    return int(MAX_VERIFY_ROWS * vocab * (dtype_bytes(precision, device) + 4))
 
 
 def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int = DEFAULT_CONTEXT, device: Device = "cpu",
@@ -188,16 +220,21 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     """Bytes needed to run ``entry`` with its drafter at ``context`` tokens on ``device``.
     ``drafter_weights`` is the draft model's weight precision when it differs from the
     target's (engine.models.loading.drafter_weights: "int8" or "int4" on CPUs with their kernels); None
-    budgets it at the target's precision, which is never smaller."""
+    budgets it at the target's precision, which is never smaller (an "int4" target on a GPU or a
+    Mac: the loader's 4-bit drafter there, its embedding and head left at 16 bits)."""
     if context < 1:
         raise ValueError(f"context must be at least 1 token, not {context}")
     precision = canonical_precision(precision)
-    a = dtype_bytes(precision)
+    a = dtype_bytes(precision, device)
     target = entry.target_arch
     if precision == "int8":
         weights = int8_target_bytes(entry.target_params, target, device)
     elif precision == "int4" and device == "cpu":  # the engine's int4 target (a CPU kernel)
         weights = int4_target_bytes(entry.target_params, target, device)
+    elif precision == "int4":  # torch's int4 kernels on a GPU or a Mac
+        weights = int4_device_bytes(entry.target_params, target)
+        # Next to a 4-bit target there the loader picks a 4-bit drafter (loading.drafter_weights).
+        drafter_weights = drafter_weights or "int4"
     else:
         weights = resident_weight_bytes(entry.target_params, target, precision, device)
     kv = target.kv_bytes(context, a)
@@ -219,7 +256,7 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     elif entry.drafter_kind == "assistant":
         drafter = entry.drafter_weight_bytes(precision)
 
-    overhead = activations + _logits_bytes(target.vocab_size, precision)
+    overhead = activations + _logits_bytes(target.vocab_size, precision, device)
     if device == "gpu":
         overhead += CUDA_CONTEXT_BYTES  # the runtime itself lives in host RAM, not VRAM
     else:
