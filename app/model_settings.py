@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QFormLayout, QGroupBox, QPushButton, QSpinBox
+from PySide6.QtWidgets import QComboBox, QGridLayout, QGroupBox, QLabel, QPushButton, QSpinBox
 
 PRECISIONS = [("Follow the app (demo's choice)", ""), ("Fast (bf16)", "fast"), ("Exact (fp32)", "exact"),
               ("int8 (half of bf16's memory)", "int8"), ("int4 (smallest, fastest on a CPU)", "int4")]
@@ -83,7 +83,7 @@ class ModelSettingsPanel(QGroupBox):
         super().__init__("Settings for the selected model", parent)
         self.store = store
         self.entry_id: str | None = None
-        form = QFormLayout(self)
+        grid = QGridLayout(self)  # one row of captioned fields: the table keeps the height
         self.precision = QComboBox()
         for label, value in PRECISIONS:
             self.precision.addItem(label, value)
@@ -100,11 +100,16 @@ class ModelSettingsPanel(QGroupBox):
         self.threads = QSpinBox()
         self.threads.setRange(0, 256)
         self.threads.setSpecialValueText("All cores")
-        for label, widget in [("Precision", self.precision), ("Context length", self.context), ("Drafter", self.drafter),
-                              ("Draft length", self.draft_length), ("Threads", self.threads)]:
-            form.addRow(label, widget)
         self.reset = QPushButton("Reset to defaults")
-        form.addRow(self.reset)
+        for col, (label, widget) in enumerate([("Precision", self.precision), ("Context length", self.context),
+                                               ("Drafter", self.drafter), ("Draft length", self.draft_length),
+                                               ("Threads", self.threads), ("", self.reset)]):
+            caption = QLabel(label)
+            caption.setStyleSheet("color: #555; font-size: 11px;")
+            grid.addWidget(caption, 0, col)
+            grid.addWidget(widget, 1, col)
+        grid.setColumnStretch(0, 2)
+        grid.setColumnStretch(2, 1)
         for combo in (self.precision, self.context, self.drafter):
             combo.activated.connect(lambda _: self._save())
         for spin in (self.draft_length, self.threads):
@@ -112,8 +117,9 @@ class ModelSettingsPanel(QGroupBox):
         self.reset.clicked.connect(self._reset)
         self.setEnabled(False)
 
-    def show_entry(self, entry_id: str | None) -> None:
+    def show_entry(self, entry_id: str | None, name: str = "") -> None:
         self.entry_id = None  # no saving while the widgets are filled in
+        self.setTitle(f"Settings for {name}" if name else "Settings for the selected model")
         self.setEnabled(entry_id is not None)
         s = self.store.get(entry_id) if entry_id else ModelSettings()
         self.precision.setCurrentIndex(max(0, self.precision.findData(s.precision)))

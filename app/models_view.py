@@ -205,7 +205,9 @@ class ModelsView(QWidget):
         keep = self._entry_id(self.selected()) if self.table.currentRow() >= 0 else None
         fits = [self._reassess(f) for f in self.report.fits]
         speeds = {f.entry.id: self.speed(f) for f in fits}
-        fits.sort(key=lambda f: (FIT_ORDER.get(f.fit, 9), -(speeds[f.entry.id].tok_s if speeds[f.entry.id] else 0)))
+        # Best fit, then fastest; where no speed is known (a GPU, or no fit), the smallest first.
+        fits.sort(key=lambda f: (FIT_ORDER.get(f.fit, 9), -(speeds[f.entry.id].tok_s if speeds[f.entry.id] else 0),
+                                 f.estimate.total))
         self.rows = fits or [None]
         self.table.setRowCount(len(self.rows))
         preselect = 0
@@ -284,7 +286,8 @@ class ModelsView(QWidget):
             button.setDefault(button is primary)
             button.setVisible(button is primary)
             button.setStyleSheet("font-weight: 700; padding: 6px 18px;" if button is primary else "")
-        self.settings_panel.show_entry(self._entry_id(fit) if self.table.rowCount() else None)
+        self.settings_panel.show_entry(self._entry_id(fit) if self.table.rowCount() else None,
+                                       fit.entry.name if fit is not None else "")
         if fit is not None:
             self.detail.setText(f"{fit.entry.name}: {fit.reason.split('; ')[0]}")
         elif self.table.rowCount():
