@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from app.messages import DrafterNote, KernelReport, MachineReport, ModelLoaded, Progress
+from app.shared_engine import generation_lock, holding
 from engine.core.settings import DecodeSettings
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,9 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
     def run(ctx) -> None:
         from engine.models import default_pair
 
+        from app.server_jobs import stop_server
+
+        stop_server(ctx.state)  # the server decodes on the old Session: it stops with it
         ctx.state.pop(SESSION, None)  # free the old models before loading new ones
         if target is None:
             def progress(stage: str, done: int, total: int) -> None:
@@ -185,10 +189,13 @@ def side_by_side(prompt: str, settings: DecodeSettings, drafter: str):
 
         session = _session(ctx)
         before = session.drafter_note
-        for item in run_both(session, prompt, settings, drafter, ctx.cancelled):
-            _emit_note(ctx, session, before)  # the drafter is chosen when the first step runs
-            before = session.drafter_note
-            ctx.emit(item)
+        with holding(generation_lock(ctx.state), ctx.cancelled) as held:  # the server may be decoding
+            if not held:
+                return
+            for item in run_both(session, prompt, settings, drafter, ctx.cancelled):
+                _emit_note(ctx, session, before)  # the drafter is chosen when the first step runs
+                before = session.drafter_note
+                ctx.emit(item)
 
     return run
 
@@ -199,9 +206,12 @@ def chat(messages: list[dict], settings: DecodeSettings, drafter: str):
 
         session = _session(ctx)
         before = session.drafter_note
-        for item in chat_reply(session, messages, settings, drafter, ctx.cancelled):
-            _emit_note(ctx, session, before)
-            before = session.drafter_note
-            ctx.emit(item)
+        with holding(generation_lock(ctx.state), ctx.cancelled) as held:  # the server may be decoding
+            if not held:
+                return
+            for item in chat_reply(session, messages, settings, drafter, ctx.cancelled):
+                _emit_note(ctx, session, before)
+                before = session.drafter_note
+                ctx.emit(item)
 
     return run

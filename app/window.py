@@ -29,6 +29,8 @@ from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, KernelRepor
 from app.model_settings import ModelSettingsStore
 from app.models_view import ModelsView, human_bytes
 from app.presets import PresetStore, describe_skipped
+from app.server_jobs import start_server
+from app.server_panel import ServerPanel
 from app.speculation_status import SpeculationStatus
 from app.stall import StallMonitor
 from app.worker import EngineHost
@@ -111,6 +113,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.models, "Models")
         self.tabs.addTab(self.demo, "Side by side")
         self.tabs.addTab(self.chat, "Chat")
+        self.server_panel = ServerPanel()
+        self.tabs.addTab(self.server_panel, "Server")
         # Conversation files the store set aside at start: said once, dismissible, never modal.
         self.storage_notice = ErrorBanner()
         self.storage_notice.setStyleSheet("background: #fef7e0; color: #7a5b00; border-radius: 4px;")
@@ -162,6 +166,9 @@ class MainWindow(QMainWindow):
         self.demo.controls.precision_changed.connect(self._precision_changed)
         self.chat.send_requested.connect(self.run_chat)
         self.chat.stop_requested.connect(self.cancel)
+        # Starting the server queues behind the window's running job (the Session is the worker's).
+        self.server_panel.start_requested.connect(
+            lambda host, port, key: self.host.submit("serve", start_server(host, port, key)))
         self.models.load_requested.connect(self.load_entry)
         self.models.download_requested.connect(self.download_entry)
         self.models.context_changed.connect(self._context_changed)
@@ -347,7 +354,9 @@ class MainWindow(QMainWindow):
     # --- events from the worker ---------------------------------------------------------------
     def on_event(self, envelope: JobEvent) -> None:
         payload, kind = envelope.payload, envelope.kind
-        if isinstance(payload, Progress):
+        if kind == "serve":
+            self.server_panel.on_event(payload)
+        elif isinstance(payload, Progress):
             self._show_progress(payload)
         elif isinstance(payload, MachineReport):
             self.last_report = payload
@@ -475,6 +484,7 @@ class MainWindow(QMainWindow):
     # --- closing ------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
         self.save_settings()
+        self.server_panel.stop_and_wait()
         self.host.cancel()
         self.host.shutdown()
         if self._holds_gc:

@@ -15,6 +15,7 @@ from engine.models.fast_linear import accelerate_linears
 from engine.models.invariant_attention import use_batch_invariant_attention
 from engine.models.placement import check_fits, dtype_for, pick_device, weights_name  # noqa: F401  (pick_device, dtype_for: re-exported)
 from engine.quant import weight_cache
+from engine.quant.gpu_weights import to_4bit_device_weights
 from engine.quant.quantize import (
     int4_available,
     int8_available,
@@ -23,6 +24,7 @@ from engine.quant.quantize import (
     to_int8_drafter,
     to_int8_target,
 )
+from kernels import int4pack
 from kernels.int4_linear.reference import supports as int4_supports
 
 log = logging.getLogger(__name__)
@@ -59,7 +61,9 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". ``weights``
     ("int8", "int4", "bf16", "fp32"; drafters only) overrides the dtype the precision mode implies.
     Precision "int8" / "int4" quantizes a target's linear layers (LM head included) on the first
-    load and reads them from engine.quant.weight_cache afterwards.
+    load and reads them from engine.quant.weight_cache afterwards; on CUDA / MPS "int4" holds the
+    linear layers as torch's 4-bit weights instead (engine.quant.gpu_weights), converted on the
+    device at every load (seconds there).
     Drafters that ship no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False``.
     ``check_memory``: on a GPU, refuse with ``placement.DoesNotFit`` when the model would not fit
     its free memory (the CPU is never checked)."""
@@ -76,9 +80,15 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     dtype = dtype_for(precision, dev)
     if check_memory and dev.type != "cpu":
         check_fits(path, None, dtype, dev, weights=weights_name(precision, dev) if role == "target" else None)
+    device_int4 = dev.type != "cpu" and (precision if role == "target" else weights) == "int4"
+    if device_int4:
+        reason = int4pack.unsupported_reason(dev)
+        if reason is not None:
+            raise ValueError(f"precision int4 cannot run on {dev}: {reason}; choose fast or exact there")
+        return _load_device_int4(path, dev, dtype_for("int4", dev), role, with_tokenizer)
     if precision in ("int8", "int4") and role == "target":
-        if dev.type != "cpu":  # the int8 / int4 kernels read host memory
-            raise ValueError(f"precision {precision} runs on the CPU only; choose fast or exact on {dev.type}")
+        if dev.type != "cpu":  # the engine's int8 kernels read host memory
+            raise ValueError(f"precision {precision} runs on the CPU only; choose fast, exact or int4 on {dev.type}")
         weights = precision
     if weights in ("bf16", "fp32"):
         dtype = torch.bfloat16 if weights == "bf16" else torch.float32
@@ -108,6 +118,23 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     held = weights or {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
     log.info("loaded %s on %s, %s weights%s, in %.1fs", path.name, dev, held, " (cached)" if from_cache else "", seconds)
     return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds, held, from_cache)
+
+
+def _load_device_int4(path: Path, dev: torch.device, dtype: torch.dtype, role: str, with_tokenizer: bool) -> LoadedModel:
+    """Load ``path`` on the host in its stored dtype (memory-mapped: no copy) and convert it
+    layer by layer to 4-bit weights on ``dev`` computing in ``dtype``, so neither the device nor
+    the host holds a converted 16-bit copy. A target's LM head and embedding become int8; a
+    drafter's stay 16-bit (its reduced head reads the rows)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(path, dtype="auto").eval()
+    to_4bit_device_weights(model, dev, tables="int8" if role == "target" else "keep", dtype=dtype)
+    release_freed_memory()
+    tokenizer = AutoTokenizer.from_pretrained(path) if with_tokenizer else None
+    seconds = time.perf_counter() - start
+    log.info("loaded %s on %s, int4 weights (torch's kernels), in %.1fs", path.name, dev, seconds)
+    return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds, "int4")
 
 
 def _load_gguf(path: Path, precision: Precision, device: str, role: str, with_tokenizer: bool) -> LoadedModel:
@@ -189,6 +216,8 @@ def drafter_weights(requested: str, precision: Precision, device: str = "auto") 
     dev = pick_device(device)
     if dev.type == "cpu" and int8_available():
         return "int4" if precision in ("int8", "int4") and int4_available() else "int8"
+    if precision == "int4" and int4pack.unsupported_reason(dev) is None:
+        return "int4"  # next to a 4-bit target on a GPU / Mac: the pair's memory is what limits there
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype_for(precision, dev)]
 
 

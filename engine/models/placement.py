@@ -2,8 +2,10 @@
 
     pick_device      CUDA, else Apple MPS, else the CPU ("auto"), or what the user asked for
     dtype_for        exact: float32 everywhere; fast: bf16 on CPU and on CUDA GPUs that have it
-                     (compute capability 8.0+), fp16 on older CUDA GPUs and on MPS; int8:
-                     float32 activations (the weights are int8)
+                     (compute capability 8.0+), fp16 on older CUDA GPUs and on MPS; int8, and
+                     int4 on the CPU: float32 activations (the engine's own kernels); int4 on
+                     CUDA / MPS: bf16 / fp16 activations around torch's int4 kernels
+                     (kernels/int4pack)
     weights_name     the memory fit's name for how a precision mode holds the weights
     check_fits       the memory fit's estimate for the folder(s) about to load, against what the
                      device has free now; a readable ``DoesNotFit`` instead of an allocator error
@@ -33,6 +35,7 @@ from engine.models.catalog import (
 from engine.models.fit import device_budgets
 from engine.models.hardware import Hardware
 from engine.models.memory_fit import DEFAULT_CONTEXT, MemoryEstimate, estimate_memory, human_bytes
+from kernels import int4pack
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +77,10 @@ def dtype_for(precision: Precision, device: torch.device, bf16: bool | None = No
     """The dtype activations (and float weights) take. exact: float32 everywhere (greedy
     speculation is then token-identical to plain). fast: bfloat16 where ``bf16`` (default:
     ``bf16_supported(device)``), else float16. int8: float32 activations around int8 weights
-    (the int8 kernel reads fp32 rows natively)."""
+    (the int8 kernel reads fp32 rows natively), and so int4 on the CPU. int4 on CUDA: bfloat16
+    (torch's int4 kernel reads nothing else); on MPS: float16."""
+    if precision == "int4" and device.type in ("cuda", "mps"):
+        return int4pack.device_dtype(device)
     if precision in ("exact", "int8", "int4", "file"):  # file: a GGUF model's kernels read fp32 rows
         return torch.float32
     if precision != "fast":
@@ -150,8 +156,8 @@ def free_memory(device: torch.device, hardware: Hardware | None = None) -> tuple
 def check_fits(target: Path, drafter: Path | None, dtype: torch.dtype, device: torch.device,
                context: int = DEFAULT_CONTEXT, hardware: Hardware | None = None, weights: str | None = None) -> MemoryEstimate:
     """Raise ``DoesNotFit`` when target (+ drafter) at ``dtype`` with ``context`` tokens of K/V
-    would not fit ``device``'s free memory; return the estimate otherwise. ``weights`` ("int8")
-    overrides the weight format ``dtype`` implies. Fitting without the memory fit's headroom is
+    would not fit ``device``'s free memory; return the estimate otherwise. ``weights`` ("int8",
+    "int4") overrides the weight format ``dtype`` implies. Fitting without the memory fit's headroom is
     allowed, with a warning (the OS or other apps may need it)."""
     entry = model_entry(target, drafter)
     precision = weights or precision_name(dtype)
@@ -167,6 +173,8 @@ def check_fits(target: Path, drafter: Path | None, dtype: torch.dtype, device: t
         advice = ["a smaller model", "a shorter context"]
         if dtype == torch.float32:
             advice.insert(0, "'fast' precision (16-bit, half the memory)")
+        if device.type != "cpu" and precision != "int4":
+            advice.insert(0, "'int4' precision (4-bit weights, about a third of 16-bit's memory)")
         if device.type != "cpu":
             advice.append("the CPU (device 'cpu')")
         raise DoesNotFit(

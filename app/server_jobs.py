@@ -1,0 +1,67 @@
+"""Starting and stopping the built-in OpenAI server on the model the window has loaded.
+
+The start runs as a job on the app's engine thread (where the Session lives); the server then
+decodes on its own thread, sharing the Session through app.shared_engine's lock. Stopping is a
+plain call on any thread (the panel uses a short-lived one, never the GUI thread).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from app.shared_engine import SERVER, LockedSession, generation_lock
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerStarted:
+    handle: object  # engine.serving.server.ServerHandle
+    url: str
+    model_id: str
+
+
+@dataclass(frozen=True)
+class ServerFailed:
+    message: str
+
+
+def start_server(host: str, port: int, api_key: str | None):
+    def run(ctx) -> None:
+        from app.jobs import SESSION
+        from engine.serving.server import ServerConfig, is_loopback, run_in_thread
+        from engine.serving.worker import EngineWorker
+
+        session = ctx.state.get(SESSION)
+        if session is None:
+            ctx.emit(ServerFailed("no model is loaded yet: load one on the Models tab"))
+            return
+        stop_server(ctx.state)
+        try:
+            config = ServerConfig(host=host, port=port, api_key=api_key or None, allow_remote=not is_loopback(host))
+            config.check()
+            worker = EngineWorker(LockedSession(session, generation_lock(ctx.state)), config.queue_size)
+            handle = run_in_thread(worker, config)
+        except (ValueError, OSError) as exc:
+            ctx.emit(ServerFailed(str(exc)))
+            return
+        handle.app_worker = worker  # stopped with the server: the app made it, not run_in_thread
+        ctx.state[SERVER] = handle
+        log.info("serving %s at %s", session.target.name, handle.url)
+        ctx.emit(ServerStarted(handle, handle.url, worker.model_id))
+
+    return run
+
+
+def stop_handle(handle) -> None:
+    handle.stop()
+    worker = getattr(handle, "app_worker", None)
+    if worker is not None:
+        worker.stop()
+
+
+def stop_server(state: dict) -> None:
+    """Stop the server the state holds, if any (before a new model replaces the Session)."""
+    handle = state.pop(SERVER, None)
+    if handle is not None:
+        stop_handle(handle)
