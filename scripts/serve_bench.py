@@ -73,6 +73,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompt", default=DEFAULT_PROMPT)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each path first (first-use costs)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--json", type=Path, help="write the runs and medians here")
     model_options(parser)
@@ -92,6 +93,9 @@ def main() -> int:
     runs = {"in_process": [], "server": []}
     with run_in_thread(session, ServerConfig(port=0)) as handle:
         worker = handle.worker
+        for _ in range(args.warmup):
+            in_process(session, args.prompt, settings, args.drafter)
+            served(handle.url, args.prompt, args.max_new_tokens, args.drafter)
         for r in range(args.repeats):
             # Alternate which goes first: a machine that slows down over the run favours neither.
             order = ("in_process", "server") if r % 2 == 0 else ("server", "in_process")
@@ -108,20 +112,28 @@ def main() -> int:
     texts = {run["text"] for kind in runs for run in runs[kind]}
     median = {kind: {key: statistics.median(run[key] for run in runs[kind]) for key in ("tok_per_s", "decode_tok_per_s")}
               for kind in runs}
+    # Each repeat's two runs are neighbours in time: their ratio cancels most of a busy machine's drift.
+    paired = [s["tok_per_s"] / p["tok_per_s"] for s, p in zip(runs["server"], runs["in_process"])]
     ratio = median["server"]["tok_per_s"] / median["in_process"]["tok_per_s"]
     decode_ratio = median["server"]["decode_tok_per_s"] / median["in_process"]["decode_tok_per_s"]
     print(f"\n{session.target.name} ({session.precision}), drafter {args.drafter}, {args.max_new_tokens} new tokens,"
           f" {args.repeats} runs each, torch threads {torch.get_num_threads()}")
+    for kind in runs:
+        rates = sorted(run["tok_per_s"] for run in runs[kind])
+        print(f"{kind:<10} end-to-end tok/s runs: " + " ".join(f"{r:.2f}" for r in rates))
     print(f"median tok/s end to end:        in-process {median['in_process']['tok_per_s']:.2f}"
           f"  server {median['server']['tok_per_s']:.2f}  ratio {ratio:.3f}")
     print(f"median tok/s after first token: in-process {median['in_process']['decode_tok_per_s']:.2f}"
           f"  server {median['server']['decode_tok_per_s']:.2f}  ratio {decode_ratio:.3f}")
+    print("server / in-process per repeat: " + " ".join(f"{r:.3f}" for r in paired)
+          + f"  median {statistics.median(paired):.3f}")
     print("outputs: identical" if len(texts) == 1 else f"outputs: {len(texts)} different texts")
     if args.json:
         args.json.write_text(json.dumps({"settings": {"prompt": args.prompt, "precision": session.precision,
                                                       "drafter": args.drafter, "max_new_tokens": args.max_new_tokens,
                                                       "threads": torch.get_num_threads()},
-                                         "runs": runs, "median": median, "ratio": ratio, "decode_ratio": decode_ratio,
+                                         "runs": runs, "median": median, "ratio": ratio,
+                                         "paired_ratios": paired, "median_paired_ratio": statistics.median(paired), "decode_ratio": decode_ratio,
                                          "identical": len(texts) == 1}, indent=2))
     return 0
 

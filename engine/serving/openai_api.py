@@ -30,6 +30,7 @@ from engine.serving.worker import EngineWorker, GenerationRequest, Job, QueueFul
 
 log = logging.getLogger(__name__)
 
+MAX_BODY_BYTES = 16 * 2**20
 _SEED_RANGE = 2**63  # torch generators take 64-bit seeds; OpenAI's may be any integer
 
 
@@ -93,7 +94,7 @@ class OpenAiApi:
 
     async def _complete(self, request: Request, chat: bool) -> Response:
         self._authorize(request)
-        body = parse_body(await request.body(), ChatCompletionRequest if chat else CompletionRequest)
+        body = parse_body(await _read_body(request), ChatCompletionRequest if chat else CompletionRequest)
         self._check_model(body.model)
         prompt_ids, prompt_text = await run_in_threadpool(self._encode, body)
         generation = self._generation(body, prompt_ids, prompt_text)
@@ -218,6 +219,19 @@ class OpenAiApi:
                                param="speculative.drafter", code="invalid_value")
             return "lookup"  # the server's default, with nothing to draft with: prompt lookup
         return kind
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, refused past MAX_BODY_BYTES: far more text than any context window holds."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ApiError(413, f"the request body is over {MAX_BODY_BYTES // 2**20} MiB", code="request_too_large")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise ApiError(413, f"the request body is over {MAX_BODY_BYTES // 2**20} MiB", code="request_too_large")
+    return bytes(body)
 
 
 async def _wait_unless_gone(job: Job, request: Request) -> Finished | Failed | None:

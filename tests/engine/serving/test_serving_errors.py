@@ -88,6 +88,14 @@ def test_bad_completion_requests_get_an_openai_error(url, name, body, param):
     assert_error(post(url, body, "/v1/completions"), 400, param)
 
 
+def test_a_body_larger_than_any_context_is_413_before_it_is_read(url):
+    from engine.serving.openai_api import MAX_BODY_BYTES
+
+    # Only the header claims it: the server answers without waiting for the bytes.
+    reply = call(url, "POST", "/v1/chat/completions", b"{}", headers={"Content-Length": str(MAX_BODY_BYTES + 1)})
+    assert_error(reply, 413)
+
+
 def test_unknown_routes_and_methods_answer_in_the_same_shape(url):
     assert_error(call(url, "GET", "/v1/embeddings"), 404)
     assert_error(call(url, "GET", "/v1/chat/completions"), 405)
