@@ -161,3 +161,17 @@ def test_the_uncaught_error_hook_shows_the_dialog(qapp, monkeypatch):
         faulthandler.enable(sys.__stderr__)  # setup_logging pointed it at crash.log
     assert shown and shown[0][0] == "RuntimeError: unexpected"
     assert shown[0][1] == log_path.parent / "crash.log" and "unexpected" in shown[0][1].read_text()
+
+
+def test_the_hub_probe_answers_within_its_bound(monkeypatch):
+    import time
+
+    from app.jobs import hub_unreachable
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "HF_HUB_OFFLINE" in hub_unreachable()
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr("app.jobs.HUB_HOST", ("127.0.0.1", 9))  # the discard port: nothing listens
+    start = time.monotonic()
+    why = hub_unreachable(0.5)
+    assert why and time.monotonic() - start < 1.5
