@@ -11,6 +11,14 @@
 # 3. runs the verify-kernel parity tests on CUDA and the placement tests      (~1 min)
 # 4. benchmarks per-pass costs with the default pair's real shapes, random weights, bf16 and
 #    fp32, and prints the projected speedup from the CPU-measured acceptance    (~2-4 min)
+# 5. 4-bit weights (torch's int4 kernels): their parity tests on the device, then
+#    engine.bench.int4_device_bench: parity vs the CPU reference and row-count invariance at
+#    real layer shapes, 16-bit vs 4-bit passes at the default pair's and an 8B shape, the
+#    bytes held vs the memory fit, greedy speculation == plain, host syncs per token  (~2-3 min)
+#    On a Mac (no CUDA, MPS present) stage 5 runs on MPS.
+#
+# GPU_CHECK_STAGES=verify,bench,int4 (the default) picks stages: e.g. GPU_CHECK_STAGES=int4
+# runs only the 4-bit checks (after stages 1-2, which only find Python and triton).
 #
 # Works without network when the machine's Python already has torch (CUDA build), transformers
 # and pytest; pure-Python packages can also come from a carried folder: TANDEM_EXTRA_SITE=dir
@@ -24,6 +32,9 @@ LOG="$OUT/gpu_check.log"
 : > "$LOG"
 say() { echo "== $*" | tee -a "$LOG"; }
 STATUS=0
+NO_CUDA=0  # set when no Python here sees a GPU: the later stages then pick CPU-sized work
+STAGES=",${GPU_CHECK_STAGES:-verify,bench,int4},"
+stage() { case "$STAGES" in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
 # -- 1. a Python with CUDA torch ---------------------------------------------------------------
 if [ -n "${TANDEM_EXTRA_SITE:-}" ]; then
@@ -51,6 +62,7 @@ if [ -z "$PY" ]; then
     PY="${PYTHON:-python3}"
     [ -x .venv/bin/python ] && PY=.venv/bin/python
     STATUS=2
+    NO_CUDA=1
 fi
 say "python: $PY ($("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1))"
 missing=$("$PY" -c '
@@ -82,15 +94,18 @@ fi
 say "verify backends: $("$PY" -c 'import kernels.verify as v; print(v.available_backends(), "active:", v.active_backend())' 2>&1 | tail -1)"
 
 # -- 3. parity tests on the device ---------------------------------------------------------------
+if stage verify; then
 say "parity tests (every verify backend vs the reference, CUDA tensors) and placement tests"
 timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_verify_backends.py tests/kernels/test_verify.py \
     tests/engine/test_device_placement.py --junitxml="$OUT/parity.xml" 2>&1 | tail -25 | tee -a "$LOG"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { say "PARITY TESTS FAILED (rc $rc)"; STATUS=1; }
+fi
 
 # -- 4. per-pass costs and projected speedup -----------------------------------------------------
+if stage bench; then
 BENCH_ARGS=()
-if [ "$STATUS" -eq 2 ]; then
+if [ "$NO_CUDA" -eq 1 ]; then
     BENCH_ARGS=(--tiny)  # 1.5B random weights on a CPU would take far too long: tiny shapes only
     say "benchmark: TINY shapes on the CPU (no CUDA: these numbers say nothing about a GPU)"
 else
@@ -99,6 +114,33 @@ fi
 timeout 300 "$PY" -m engine.bench.gpu_bench "${BENCH_ARGS[@]}" --json "$OUT/gpu_bench.json" 2>>"$LOG" | tee -a "$LOG"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { say "BENCHMARK FAILED OR TIMED OUT (rc $rc; see $LOG)"; STATUS=1; }
+fi
+
+# -- 5. 4-bit weights: torch's int4 kernels on the device ----------------------------------------
+if stage int4; then
+INT4_ARGS=()
+INT4_DEVICE=cpu
+if [ "$NO_CUDA" -eq 1 ]; then
+    if "$PY" -c 'import sys, torch; sys.exit(0 if torch.backends.mps.is_available() else 1)' >/dev/null 2>&1; then
+        INT4_DEVICE=mps; INT4_ARGS=(--device mps)
+        say "4-bit: on MPS (no CUDA here)"
+    else
+        INT4_ARGS=(--tiny --device cpu)
+        say "4-bit: no GPU, so TINY shapes on the CPU (these numbers say nothing about a GPU)"
+    fi
+else
+    INT4_DEVICE=cuda
+fi
+say "4-bit parity tests (kernels on $INT4_DEVICE vs the reference; the converter and memory fit on the CPU)"
+timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_int4pack.py tests/engine/test_gpu_weights.py \
+    tests/engine/test_int4_device_fit.py --junitxml="$OUT/int4_parity.xml" 2>&1 | tail -15 | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { say "4-BIT PARITY TESTS FAILED (rc $rc)"; STATUS=1; }
+say "4-bit bench: parity at real shapes, 16-bit vs 4-bit passes (default pair, 8B), lossless, host syncs"
+timeout 300 "$PY" -m engine.bench.int4_device_bench "${INT4_ARGS[@]}" --json "$OUT/int4_device_bench.json" 2>>"$LOG" | tee -a "$LOG"
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || { say "4-BIT BENCHMARK FAILED OR TIMED OUT (rc $rc; see $LOG)"; STATUS=1; }
+fi
 
 say "done, status $STATUS (0 ok, 1 a check failed, 2 no CUDA, 3 no triton); log and JSON in $OUT"
 exit $STATUS
