@@ -6,6 +6,11 @@ import pytest
 import torch
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
+# Without a GPU the Triton verify kernels run under Triton's interpreter (their parity tests,
+# tests/kernels/test_verify_backends.py). It has to be chosen before triton is first imported,
+# and transformers' model classes import it: so here, before any test module loads.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")
