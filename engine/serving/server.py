@@ -150,11 +150,13 @@ class ServerHandle:
 def run_in_thread(engine: Session | EngineWorker, config: ServerConfig, sock: socket.socket | None = None,
                   startup_timeout: float = 30.0) -> ServerHandle:
     """Serve ``engine`` (a loaded Session, or an EngineWorker the caller keeps) from a background
-    thread; returns once the server accepts connections. ``sock``: one from ``bind_socket``."""
+    thread; returns once the server accepts connections. ``sock``: one from ``bind_socket``.
+    Anything that is not an EngineWorker is taken for a Session (or a wrapper with its methods)
+    and gets a worker that ``stop`` stops."""
     import uvicorn
 
     config.check()
-    owns_worker = isinstance(engine, Session)
+    owns_worker = not isinstance(engine, EngineWorker)
     worker = EngineWorker(engine, config.queue_size, config.log_prompts) if owns_worker else engine
     worker.start()
     app = build_app(worker, config)
