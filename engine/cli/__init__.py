@@ -8,7 +8,7 @@ import argparse
 import logging
 import sys
 
-from engine.cli import bench, download, generate, models, serve
+from engine.cli import bench, download, generate, models, remote, serve
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     download.add_parser(sub)
     models.add_parser(sub)
     serve.add_parser(sub)
+    remote.add_remote_options(sub)  # --remote URL on compare and models
     return parser
 
 
