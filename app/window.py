@@ -29,6 +29,7 @@ from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, KernelRepor
 from app.model_settings import ModelSettingsStore
 from app.models_view import ModelsView, human_bytes
 from app.presets import PresetStore, describe_skipped
+from app.remote_demo import RemoteDemoView
 from app.server_jobs import start_server
 from app.server_panel import ServerPanel
 from app.speculation_status import SpeculationStatus
@@ -113,6 +114,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.models, "Models")
         self.tabs.addTab(self.demo, "Side by side")
         self.tabs.addTab(self.chat, "Chat")
+        self.remote_demo = RemoteDemoView()  # two remote endpoints raced: HTTP only, no local engine
+        self.tabs.addTab(self.remote_demo, "Side by side: remote")
         self.server_panel = ServerPanel()
         self.tabs.addTab(self.server_panel, "Server")
         # Conversation files the store set aside at start: said once, dismissible, never modal.
@@ -485,6 +488,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:
         self.save_settings()
         self.server_panel.stop_and_wait()
+        self.remote_demo.stop_and_wait()
         self.host.cancel()
         self.host.shutdown()
         if self._holds_gc:
