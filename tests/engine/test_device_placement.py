@@ -53,7 +53,7 @@ def test_dtype_per_device(device, bf16, precision, expected):
 
 
 def test_unknown_precision_is_refused():
-    with pytest.raises(ValueError, match="'exact', 'fast', 'int8' or 'int4'"):
+    with pytest.raises(ValueError, match="'exact', 'fast', 'int8', 'int4' or 'file'"):
         dtype_for("turbo", torch.device("cpu"))
 
 
