@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from app.messages import DrafterNote, KernelReport, MachineReport, ModelLoaded, Progress
+from app.remote_jobs import REMOTE, remote_chat
 from app.shared_engine import generation_lock, holding
 from engine.core.settings import DecodeSettings
 
@@ -112,6 +113,7 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
 
         stop_server(ctx.state)  # the server decodes on the old Session: it stops with it
         ctx.state.pop(SESSION, None)  # free the old models before loading new ones
+        ctx.state.pop(REMOTE, None)  # a local model replaces a remote one
         if target is None:
             def progress(stage: str, done: int, total: int) -> None:
                 ctx.emit(Progress(_STAGES.get(stage, stage), done, total, "bytes" if total > 1 else ""))
@@ -204,6 +206,9 @@ def chat(messages: list[dict], settings: DecodeSettings, drafter: str):
     def run(ctx) -> None:
         from engine.session.chat import chat_reply
 
+        if SESSION not in ctx.state and REMOTE in ctx.state:  # a remote model is the window's model
+            remote_chat(ctx, ctx.state[REMOTE], messages, settings)
+            return
         session = _session(ctx)
         before = session.drafter_note
         with holding(generation_lock(ctx.state), ctx.cancelled) as held:  # the server may be decoding

@@ -30,6 +30,8 @@ from app.model_settings import ModelSettingsStore
 from app.models_view import ModelsView, human_bytes
 from app.presets import PresetStore, describe_skipped
 from app.remote_demo import RemoteDemoView
+from app.remote_jobs import use_remote
+from app.remote_models import RemoteModelsBox
 from app.server_jobs import start_server
 from app.server_panel import ServerPanel
 from app.speculation_status import SpeculationStatus
@@ -114,6 +116,8 @@ class MainWindow(QMainWindow):
         self.tabs.addTab(self.models, "Models")
         self.tabs.addTab(self.demo, "Side by side")
         self.tabs.addTab(self.chat, "Chat")
+        self.remote_models = RemoteModelsBox()  # remote servers' models, under the local catalog
+        self.models.layout().addWidget(self.remote_models)
         self.remote_demo = RemoteDemoView()  # two remote endpoints raced: HTTP only, no local engine
         self.tabs.addTab(self.remote_demo, "Side by side: remote")
         self.server_panel = ServerPanel()
@@ -169,6 +173,8 @@ class MainWindow(QMainWindow):
         self.demo.controls.precision_changed.connect(self._precision_changed)
         self.chat.send_requested.connect(self.run_chat)
         self.chat.stop_requested.connect(self.cancel)
+        self.remote_models.use_requested.connect(
+            lambda url, key, model: self._submit("load", use_remote(url, key or None, model)))
         # Starting the server queues behind the window's running job (the Session is the worker's).
         self.server_panel.start_requested.connect(
             lambda host, port, key: self.host.submit("serve", start_server(host, port, key)))
@@ -427,7 +433,9 @@ class MainWindow(QMainWindow):
     def _loaded(self, loaded: ModelLoaded) -> None:
         self.loaded = loaded
         gui_gc.settle()  # later collections on this thread skip the models' objects
-        if loaded.drafter:
+        if loaded.precision == "remote":
+            drafter = " (on the server)"
+        elif loaded.drafter:
             drafter = f" + {loaded.drafter} drafting"
         else:
             drafter = " (drafting with its MTP layers)" if loaded.drafter_kind == "mtp" else " (prompt-lookup drafting)"
@@ -446,7 +454,7 @@ class MainWindow(QMainWindow):
                                       off_steps=0)
         self.drafter_note.setVisible(bool(loaded.note))
         self.drafter_note.setText(loaded.note or "")
-        self.demo.set_ready(True)
+        self.demo.set_ready(loaded.precision != "remote")  # the local race needs a local model
         self.chat.set_model(loaded)
         self.model_loaded.emit(loaded)
 
