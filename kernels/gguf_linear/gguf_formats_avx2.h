@@ -188,22 +188,6 @@ struct Q80 : Legacy<34, 0, 0> {
   }
 };
 
-#include "gguf_tiles.inc"
-
-// Runs ``job`` for a GGUF type; false for a type these tiles do not cover.
-inline bool dispatch(int64_t qtype, const Job& job, int64_t M) {
-  using namespace tandem_gguf;
-  switch (qtype) {
-    case Q4_0: run<Q40>(job, M); return true;
-    case Q4_1: run<Q41>(job, M); return true;
-    case Q5_0: run<Q50>(job, M); return true;
-    case Q5_1: run<Q51>(job, M); return true;
-    case Q8_0: run<Q80>(job, M); return true;
-    case Q4_K: run<Q4K>(job, M); return true;
-    case Q5_K: run<Q5K>(job, M); return true;
-    case Q6_K: run<Q6K>(job, M); return true;
-    default: return false;
-  }
-}
+#include "gguf_tiles.inc"  // run, dispatch
 
 }  // namespace tandem_gguf_avx2

@@ -192,22 +192,10 @@ using Q50 = Legacy<22, 16, 0, Q50Codes>;
 using Q51 = Legacy<24, 0, 2, Q51Codes>;
 using Q80 = Legacy<34, 128, 0, Q80Codes>;  // codes w + 128 in 0..255
 
-#include "gguf_tiles.inc"
+using Q4K = QK<false>;
+using Q5K = QK<true>;
 
-inline bool dispatch(int64_t qtype, const Job& job, int64_t M) {
-  using namespace tandem_gguf;
-  switch (qtype) {
-    case Q4_0: run<Q40>(job, M); return true;
-    case Q4_1: run<Q41>(job, M); return true;
-    case Q5_0: run<Q50>(job, M); return true;
-    case Q5_1: run<Q51>(job, M); return true;
-    case Q8_0: run<Q80>(job, M); return true;
-    case Q4_K: run<QK<false>>(job, M); return true;
-    case Q5_K: run<QK<true>>(job, M); return true;
-    case Q6_K: run<Q6K>(job, M); return true;
-    default: return false;
-  }
-}
+#include "gguf_tiles.inc"  // run, dispatch
 
 }  // namespace tandem_gguf_vnni
 
