@@ -9,6 +9,7 @@ import logging
 import sys
 
 from engine.cli import bench, download, generate, models, remote, serve
+from engine.core.settings import InvalidRequest
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         return 130
+    except InvalidRequest as exc:  # a usage error, found before anything was loaded: status 2, as argparse's
+        print(f"tandem: error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # a readable message, not a traceback, for expected failures
         if args.verbose:
             raise

@@ -20,28 +20,78 @@ def _progress_printer():
     return show
 
 
-def default_model_paths(target: str | None, drafter: str | None, need_drafter: bool = True) -> tuple[Path, Path | None]:
+def default_model_paths(target: str | None, drafter: str | None, need_drafter: bool = True,
+                        full_check: bool = False) -> tuple[Path, Path | None]:
+    """The models to load: the given paths, else the default pair, verified (and rebuilt from
+    its GGUF files where damaged; ``full_check`` hashes every file, see default_pair.prepare)."""
     from engine.models import default_pair
 
     if target:
         return Path(target), Path(drafter) if drafter else None
     show = _progress_printer()
-    t = default_pair.prepare(default_pair.TARGET, show)
-    d = default_pair.prepare(default_pair.DRAFTER, show) if need_drafter else None
+    t = default_pair.prepare(default_pair.TARGET, show, full_check)
+    d = default_pair.prepare(default_pair.DRAFTER, show, full_check) if need_drafter and not drafter else None
     return t, Path(drafter) if drafter else d
 
 
-def load_session(args, need_drafter=True):
+def drafter_options(args):
+    """The drafter options of a command line, checked (InvalidRequest) before anything loads."""
     from engine.core.settings import DrafterOptions
+
+    return DrafterOptions(head=args.drafter_head, precision=args.drafter_precision, vocab_size=args.draft_vocab_size,
+                          min_confidence=args.min_confidence, lookup=not args.no_lookup)
+
+
+def check_writable(path: Path, what: str = "the report") -> Path:
+    """Refuse (InvalidRequest) an output file that cannot be written, by creating and removing
+    a file next to it: before a run that takes minutes, not after it."""
+    import os
+    import tempfile
+
+    from engine.core.settings import InvalidRequest
+
+    path = Path(path)
+    if path.is_dir():
+        raise InvalidRequest(f"cannot write {what} to {path}: it is a folder")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise InvalidRequest(f"cannot write {what} to {path}: the folder {parent} does not exist")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise InvalidRequest(f"cannot write {what} to {path}: the file is read-only")
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{path.name}.", suffix=".probe")
+    except OSError as exc:
+        raise InvalidRequest(f"cannot write {what} to {path}: {exc.strerror or exc}") from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
+
+
+def write_json_atomically(path: Path, data) -> None:
+    """Replace ``path`` with ``data`` as JSON in one step (temporary file + os.replace): a reader,
+    or a run killed mid-write, sees the old file or the new one, never half of one."""
+    import json
+    import os
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def load_session(args, need_drafter=True):
     from engine.session.session import Session
 
+    options = drafter_options(args)
     target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter)
     if args.precision is None:  # a GGUF target runs its own quantization; a folder, bf16
         from engine.gguf import is_gguf
 
         args.precision = "file" if is_gguf(target) else "fast"
-    options = DrafterOptions(head=args.drafter_head, precision=args.drafter_precision, vocab_size=args.draft_vocab_size,
-                             min_confidence=args.min_confidence, lookup=not args.no_lookup)
     print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "") + f" ({args.precision})", file=sys.stderr)
     return Session.load(target, drafter, args.precision, args.device, drafter_options=options)
 

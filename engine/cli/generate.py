@@ -8,22 +8,32 @@ from engine.cli.common import default_model_paths, load_session, model_options
 
 
 def run_setup(args) -> int:
-    default_model_paths(None, None)
-    from engine.models import default_pair
+    """Build what is missing, and verify everything it then calls ready: every file of both
+    converted models is hashed against its digest, and the default target's int8 / int4 weight
+    caches, where present, against theirs (a damaged model is converted again, a damaged cache
+    removed for the next load to rebuild, each with a warning)."""
+    from engine.quant import weight_cache
     from kernels import cpu_kernel_report
 
+    target, drafter = default_model_paths(None, None, full_check=True)
+    for kind in weight_cache.KINDS:
+        state = weight_cache.check(target, kind)
+        if state.status == "verified":  # a damaged one was removed with a warning saying why
+            print(f"{kind} weight cache verified: {state.path}")
     # Compiles them once, now, rather than on the first request (or inside a timed test).
     print("CPU kernels:", cpu_kernel_report())
-    print("default model pair ready:", *default_pair.installed_paths(), sep="\n  ")
+    print("default model pair verified and ready:", target, drafter, sep="\n  ")
     return 0
 
 
 def run_compare(args) -> int:
-    from engine.core.settings import DecodeSettings
+    from engine.core.settings import DecodeSettings, check_prompt
     from engine.session.compare import compare
 
+    # Everything a user can get wrong is checked before the models load (a minute, the first time).
     settings = DecodeSettings(mode=args.mode, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                               max_new_tokens=args.max_new_tokens, seed=args.seed, draft_length=args.draft_length)
+    check_prompt(args.prompt)
     session = load_session(args, need_drafter=args.drafter == "model")
     used = session.drafter(args.drafter)
     if session.drafter_note:

@@ -1,8 +1,57 @@
-"""What a user chooses for one generation request."""
+"""What a user chooses for one generation request, and the checks every front end shares.
+
+The CLI, the app and a server build DecodeSettings and pass prompts through ``check_prompt``
+before anything is loaded, so a bad request is refused in milliseconds, with one message, the
+same way everywhere. Those errors are ``InvalidRequest`` (a ValueError): the CLI prints the
+message alone and exits with status 2.
+"""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
+
+
+class InvalidRequest(ValueError):
+    """A request the user can fix (an empty prompt, a temperature of nan, ...)."""
+
+
+# torch.Generator.manual_seed takes any 64-bit pattern; negative seeds alias large ones.
+MAX_SEED = 2**64 - 1
+
+
+def check_prompt(prompt: str, what: str = "the prompt") -> str:
+    """``prompt`` if a model can take it, else InvalidRequest: it must be text, hold more than
+    white space and be valid UTF-8 (bytes that are not arrive from argv or a file as lone
+    surrogates, which the tokenizer refuses with a cryptic TypeError)."""
+    if not isinstance(prompt, str):
+        raise InvalidRequest(f"{what} must be text, not {type(prompt).__name__}")
+    if not prompt.strip():
+        raise InvalidRequest(f"{what} is empty: type something to send")
+    return _check_utf8(prompt, what)
+
+
+def _check_utf8(text: str, what: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        # surrogateescape maps an undecodable byte b to the lone surrogate U+DC00 + b
+        shown = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"U+{code:04X}"
+        raise InvalidRequest(f"{what} is not valid UTF-8 ({shown} at character {exc.start + 1})") from None
+    return text
+
+
+def _finite(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidRequest(f"{name} must be a finite number, not {value!r}")
+    return value
+
+
+def _whole(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRequest(f"{name} must be a whole number, not {value!r}")
+    return value
 
 Mode = Literal["greedy", "sample"]
 # exact: fp32 (greedy speculation token-identical to plain); fast: bf16/fp16; int8: the target's
@@ -55,17 +104,27 @@ class DecodeSettings:
 
     def __post_init__(self) -> None:
         if self.mode not in ("greedy", "sample"):
-            raise ValueError(f"mode must be 'greedy' or 'sample', not {self.mode!r}")
+            raise InvalidRequest(f"mode must be 'greedy' or 'sample', not {self.mode!r}")
+        if _finite("temperature", self.temperature) < 0:
+            raise InvalidRequest(f"temperature must be >= 0, not {self.temperature}")
         if self.mode == "sample" and self.temperature <= 0:
-            raise ValueError("temperature must be > 0 when sampling (use greedy for 0)")
-        if not 0 < self.top_p <= 1:
-            raise ValueError("top_p must be in (0, 1]")
-        if self.max_new_tokens < 1:
-            raise ValueError("max_new_tokens must be at least 1")
-        if self.draft_length is not None and not 0 <= self.draft_length <= MAX_DRAFT_LENGTH:
-            raise ValueError(f"draft_length must be between 0 and {MAX_DRAFT_LENGTH}")
-        if not 1 <= self.max_draft_length <= MAX_DRAFT_LENGTH:
-            raise ValueError(f"max_draft_length must be between 1 and {MAX_DRAFT_LENGTH}")
+            raise InvalidRequest("temperature must be > 0 when sampling (use greedy for 0)")
+        if not 0 < _finite("top_p", self.top_p) <= 1:
+            raise InvalidRequest(f"top_p must be in (0, 1], not {self.top_p}")
+        if _whole("top_k", self.top_k) < 0:
+            raise InvalidRequest(f"top_k must be >= 0 (0: no limit), not {self.top_k}")
+        if _whole("max_new_tokens", self.max_new_tokens) < 1:
+            raise InvalidRequest(f"max_new_tokens must be at least 1, not {self.max_new_tokens}")
+        if not 0 <= _whole("seed", self.seed) <= MAX_SEED:
+            raise InvalidRequest(f"seed must be between 0 and 2**64 - 1, not {self.seed}")
+        for stop in self.stop_strings:
+            if not isinstance(stop, str) or not stop:
+                raise InvalidRequest(f"a stop string must be non-empty text, not {stop!r}")
+            _check_utf8(stop, f"the stop string {stop!r}")
+        if self.draft_length is not None and not 0 <= _whole("draft_length", self.draft_length) <= MAX_DRAFT_LENGTH:
+            raise InvalidRequest(f"draft_length must be between 0 and {MAX_DRAFT_LENGTH}")
+        if not 1 <= _whole("max_draft_length", self.max_draft_length) <= MAX_DRAFT_LENGTH:
+            raise InvalidRequest(f"max_draft_length must be between 1 and {MAX_DRAFT_LENGTH}")
 
 
 @dataclass(frozen=True)
@@ -91,10 +150,10 @@ class DrafterOptions:
 
     def __post_init__(self) -> None:
         if self.head not in ("pruned", "full"):
-            raise ValueError(f"drafter head must be 'pruned' or 'full', not {self.head!r}")
+            raise InvalidRequest(f"drafter head must be 'pruned' or 'full', not {self.head!r}")
         if self.precision not in ("auto", "int8", "int4", "bf16", "fp32"):
-            raise ValueError(f"drafter precision must be auto, int8, int4, bf16 or fp32, not {self.precision!r}")
-        if self.vocab_size < 1:
-            raise ValueError("vocab_size must be >= 1")
-        if not 0 <= self.min_confidence < 1:
-            raise ValueError("min_confidence must be in [0, 1)")
+            raise InvalidRequest(f"drafter precision must be auto, int8, int4, bf16 or fp32, not {self.precision!r}")
+        if _whole("vocab_size", self.vocab_size) < 1:
+            raise InvalidRequest(f"vocab_size must be >= 1, not {self.vocab_size}")
+        if not 0 <= _finite("min_confidence", self.min_confidence) < 1:
+            raise InvalidRequest(f"min_confidence must be in [0, 1), not {self.min_confidence}")

@@ -87,9 +87,25 @@ class _Run:
         )
 
 
+class NonFiniteLogits(RuntimeError):
+    """The target's first logits hold NaN or infinity: its weights (or a cache made from them)
+    are damaged. Decoding them would print garbage that looks like output."""
+
+
+def _model_name(target: ModelRunner) -> str:
+    model = getattr(target, "model", None)
+    return str(getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "") or "the target")
+
+
 def prefill(target: ModelRunner, prompt_ids: list[int], sampler: Sampler) -> int:
     target.reset()
     logits = target.forward(prompt_ids)[-1]
+    # The last guard against damaged weights: one check per request, on [V] logits.
+    if not torch.isfinite(logits).all():
+        raise NonFiniteLogits(
+            f"{_model_name(target)} computed NaN or infinite logits for the prompt: its weights (or a"
+            f" cache made from them) are damaged; convert or download the model again"
+        )
     return sampler.choose(logits)[0]
 
 
@@ -123,7 +139,7 @@ def plain_decode(
             yield from run.emit([token], [False], 0, 0, step_s)
         yield run.finish()
     except Exception as exc:  # the consumer (CLI, Qt worker) shows it; the engine never dies
-        log.exception("plain decoding failed")
+        _log_failure("plain decoding", exc)
         yield Failed(_describe(exc))
 
 
@@ -215,11 +231,22 @@ def speculative_decode(
             costs["measured"] = controller.measured()
         yield run.finish()
     except Exception as exc:
-        log.exception("speculative decoding failed")
+        _log_failure("speculative decoding", exc)
         yield Failed(_describe(exc))
 
 
+def _log_failure(what: str, exc: Exception) -> None:
+    if _meant_for_the_user(exc):  # its message says it all; the consumer shows it
+        log.info("%s stopped: %s", what, exc, exc_info=True)  # the traceback only with -v
+    else:
+        log.exception("%s failed", what)
+
+
+def _meant_for_the_user(exc: Exception) -> bool:
+    return isinstance(exc, (ValueError, NonFiniteLogits))  # ValueError includes ContextTooLong
+
+
 def _describe(exc: Exception) -> str:
-    if isinstance(exc, ValueError):  # includes ContextTooLong: messages meant for the user
+    if _meant_for_the_user(exc):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"

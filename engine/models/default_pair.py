@@ -5,6 +5,13 @@ packages whose modules each carry one chunk (``get_part_path()``). Here we conca
 numeric order into a GGUF file in the user cache dir, check its pinned sha256 (a mismatch is an
 error and the file is moved aside, never used), and convert it once to dense safetensors so that
 later loads take seconds instead of a minute of dequantization.
+
+The conversion records each file's size and xxh3-128 digest in ``tandem-converted.json``.
+``prepare`` checks them before a folder is used: sizes always; the digests again whenever a
+file's size, mtime, ctime or inode differ from the last full check (so any write to the file is
+seen; hashing the 3.5 GB target takes 0.5-2 s from the page cache, ~8 s from disk), and
+always when ``full_check`` asks (`tandem setup`). A folder that fails is converted again from its
+GGUF, with a warning.
 """
 from __future__ import annotations
 
@@ -12,16 +19,23 @@ import hashlib
 import importlib
 import json
 import logging
+import mmap
 import os
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core import scratch_files
 from engine.core.paths import cache_dir
 
 log = logging.getLogger(__name__)
 CHUNK = 16 << 20
+MARKER = "tandem-converted.json"
+# What a killed run leaves: a half-assembled GGUF, a half-written converted folder.
+PARTIAL_GGUF = re.compile(r".+\.partial")
+CONVERTING = re.compile(r".+\.converting")
 
 
 class ModelIntegrityError(RuntimeError):
@@ -141,19 +155,128 @@ def _quarantine(path: Path, spec: GgufSpec, actual: str) -> None:
     )
 
 
-def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Path:
+def file_digest(path: Path, progress: Progress | None = None) -> str:
+    """xxh3-128 of a file's bytes (about 7 GB/s here from the page cache)."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    size = path.stat().st_size
+    if size:
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            view = memoryview(data)
+            try:
+                for start in range(0, size, 4 * CHUNK):
+                    digest.update(view[start:start + 4 * CHUNK])
+                    if progress:
+                        progress("verify", min(size, start + 4 * CHUNK), size)
+            finally:
+                view.release()
+    return digest.hexdigest()
+
+
+def _stamp(path: Path) -> list[int]:
+    """What changes whenever a file is written, renamed over or replaced (ctime cannot be set back)."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _write_record(folder: Path, record: dict) -> None:
+    tmp = folder / (MARKER + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(record, indent=1))
+    os.replace(tmp, folder / MARKER)
+
+
+def record_conversion(folder: Path, source: str, dtype: str) -> None:
+    """Write the marker with every file's size and digest, and mark them checked."""
+    files, verified = {}, {}
+    for f in sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith(MARKER)):
+        files[f.name] = {"size": f.stat().st_size, "xxh3_128": file_digest(f)}
+        verified[f.name] = _stamp(f)
+    _write_record(folder, {"source": source, "dtype": dtype, "files": files, "verified": verified})
+
+
+def verify_converted(folder: Path, progress: Progress | None = None, full_check: bool = False) -> str | None:
+    """None when ``folder`` holds a complete, undamaged conversion; else what is wrong (with the
+    file's path). Folders converted before digests were recorded are checked once by their
+    safetensors headers and a scan for non-finite weights, then their digests are recorded."""
+    try:
+        record = json.loads((folder / MARKER).read_text())
+        files = record.get("files")
+    except (OSError, ValueError, AttributeError) as exc:
+        return f"its record {folder / MARKER} is unreadable ({exc})"
+    if files is None:
+        problem = _check_unrecorded(folder)
+        if problem is None:
+            log.info("recording the digests of %s (converted by an earlier version)", folder)
+            record_conversion(folder, record.get("source", ""), record.get("dtype", ""))
+        return problem
+    verified = dict(record.get("verified") or {})
+    changed = False
+    for name, expected in files.items():
+        path = folder / name
+        if not path.exists():
+            return f"{path} is missing"
+        size = path.stat().st_size
+        if size != expected["size"]:
+            return f"{path} is truncated or changed ({size:,} bytes; {expected['size']:,} when it was converted)"
+        if not full_check and verified.get(name) == _stamp(path):
+            continue
+        if file_digest(path, progress) != expected["xxh3_128"]:
+            return f"{path} is damaged: its contents no longer match the digest recorded when it was converted"
+        verified[name], changed = _stamp(path), True
+    if changed:
+        _write_record(folder, {**record, "verified": verified})
+    return None
+
+
+def _check_unrecorded(folder: Path) -> str | None:
+    """A conversion without digests: headers against sizes, and every float weight finite."""
+    import torch
+    from safetensors import safe_open
+
+    from engine.models.loading import DamagedModelFiles, check_model_folder
+
+    try:
+        check_model_folder(folder)
+        for file in sorted(folder.glob("*.safetensors")):
+            with safe_open(str(file), framework="pt") as f:
+                for name in f.keys():
+                    t = f.get_tensor(name)
+                    if t.is_floating_point() and not torch.isfinite(t).all():
+                        return f"{file} is damaged: {name} holds NaN or infinite values"
+    except (FileNotFoundError, DamagedModelFiles) as exc:
+        return str(exc)
+    except Exception as exc:  # unreadable past its header
+        return f"{folder} is unreadable ({exc})"
+    return None
+
+
+def converted_bytes(gguf_path: Path, bytes_per_weight: int = 2) -> int:
+    """The size of the dense (bf16) safetensors a GGUF file converts to, from its header."""
+    from gguf import GGUFReader
+
+    reader = GGUFReader(str(gguf_path))
+    return sum(int(t.n_elements) for t in reader.tensors) * bytes_per_weight
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16",
+                 free: Callable[[Path], int] = scratch_files.free_bytes) -> Path:
     """Dequantize a GGUF file once and save model + tokenizer as safetensors in ``out_dir``.
 
     bf16 keeps the dequantized weights at half the size of fp32; "exact" mode upcasts them, so
-    both modes compute with the same weights."""
+    both modes compute with the same weights. Refuses (scratch_files.NotEnoughDisk) before the
+    minute of dequantization when the disk cannot hold the result."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    done_marker = out_dir / "tandem-converted.json"
+    done_marker = out_dir / MARKER
     if done_marker.exists():
         return out_dir
     tmp = out_dir.with_name(out_dir.name + ".converting")
     shutil.rmtree(tmp, ignore_errors=True)
+    need = converted_bytes(gguf_path, torch.finfo(getattr(torch, dtype)).bits // 8) + (64 << 20)
+    scratch_files.check_free(out_dir.parent, need, f"converting {gguf_path.name}",
+                             scratch_files.find(out_dir.parent, CONVERTING), free)
     log.info("converting %s to safetensors (one-time, about a minute)", gguf_path.name)
     model = AutoModelForCausalLM.from_pretrained(
         gguf_path.parent,
@@ -164,17 +287,31 @@ def convert_gguf(gguf_path: Path, out_dir: Path, dtype: str = "bfloat16") -> Pat
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    (tmp / "tandem-converted.json").write_text(json.dumps({"source": gguf_path.name, "dtype": dtype}))
+    del model
+    record_conversion(tmp, gguf_path.name, dtype)
     shutil.rmtree(out_dir, ignore_errors=True)
     os.replace(tmp, out_dir)
     return out_dir
 
 
-def prepare(spec: GgufSpec, progress: Progress | None = None) -> Path:
-    """Return a converted model folder for ``spec``, building whatever is missing."""
+def remove_stale_temporaries() -> int:
+    """Remove what killed runs left: half-assembled GGUFs and half-written conversions."""
+    root = cache_dir()
+    return (scratch_files.remove_stale(root / "gguf", PARTIAL_GGUF)
+            + scratch_files.remove_stale(root / "models", CONVERTING))
+
+
+def prepare(spec: GgufSpec, progress: Progress | None = None, full_check: bool = False) -> Path:
+    """Return a verified converted model folder for ``spec``, building whatever is missing or
+    damaged (see ``verify_converted``; ``full_check`` hashes every file whatever its stamp)."""
     out_dir = cache_dir() / "models" / spec.name
-    if (out_dir / "tandem-converted.json").exists():
-        return out_dir
+    remove_stale_temporaries()
+    if (out_dir / MARKER).exists():
+        problem = verify_converted(out_dir, progress, full_check)
+        if problem is None:
+            return out_dir
+        log.warning("%s: %s; converting it again from its GGUF file", spec.name, problem)
+        shutil.rmtree(out_dir, ignore_errors=True)  # useless now, and its space is needed
     gguf = assemble(spec, part_paths(spec), cache_dir() / "gguf", progress)
     if progress:
         progress("convert", 0, 1)
@@ -185,6 +322,7 @@ def prepare(spec: GgufSpec, progress: Progress | None = None) -> Path:
 
 
 def installed_paths() -> tuple[Path, Path] | None:
-    """(target dir, drafter dir) when both are converted and ready, else None."""
+    """(target dir, drafter dir) when both are converted, else None. Cheap: it does not check
+    the files (``prepare`` does, before they are used)."""
     dirs = tuple(cache_dir() / "models" / s.name for s in (TARGET, DRAFTER))
-    return dirs if all((d / "tandem-converted.json").exists() for d in dirs) else None
+    return dirs if all((d / MARKER).exists() for d in dirs) else None

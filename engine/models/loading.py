@@ -17,6 +17,7 @@ from engine.models.placement import check_fits, dtype_for, pick_device, weights_
 from engine.quant import weight_cache
 from engine.quant.gpu_weights import to_4bit_device_weights
 from engine.quant.quantize import (
+    DamagedWeights,
     int4_available,
     int8_available,
     to_int4_drafter,
@@ -46,6 +47,58 @@ class LoadedModel:
     quantization: str = ""  # weights "file" (a GGUF model): how the file holds them, e.g. "Q4_K_M"
 
 
+class DamagedModelFiles(RuntimeError):
+    """A model folder's files are missing, truncated or unreadable; the message names the file."""
+
+
+# Any of these makes a folder's tokenizer loadable (fast tokenizer, SentencePiece, BPE / WordPiece vocab).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model", "sentencepiece.bpe.model")
+_MAX_HEADER = 100 << 20  # safetensors' own limit on a header
+
+
+def check_safetensors_file(file: Path) -> None:
+    """Refuse a truncated or garbled safetensors file by its header alone (a few kB read):
+    the header lists every tensor's byte range, so the file's size must be exactly what it
+    describes. Loading such a file fails later with a SafetensorError that names no file."""
+    size = file.stat().st_size
+    try:
+        with open(file, "rb") as f:
+            n = int.from_bytes(f.read(8), "little") if size >= 8 else -1
+            if not 0 < n <= min(_MAX_HEADER, size - 8):
+                raise ValueError(f"its header length field says {n} bytes")
+            header = json.loads(f.read(n))
+        end = max((entry["data_offsets"][1] for key, entry in header.items() if key != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError) as exc:
+        raise DamagedModelFiles(f"{file} is damaged (not a readable safetensors file: {exc}); download or convert the model"
+                                f" again") from exc
+    if 8 + n + end != size:
+        raise DamagedModelFiles(f"{file} is truncated or damaged: its header describes {8 + n + end:,} bytes but the file"
+                                f" has {size:,}; download or convert the model again")
+
+
+def check_model_folder(path: Path, with_tokenizer: bool = True) -> None:
+    """What can be checked in a model folder before loading it, in milliseconds: config.json,
+    each safetensors file's size against its header, the shards an index names, and a
+    tokenizer. Raises FileNotFoundError or DamagedModelFiles naming the file."""
+    path = Path(path)
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path} is not a model folder (no config.json)")
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            shards = set(json.loads(index.read_text())["weight_map"].values())
+        except (ValueError, KeyError, AttributeError) as exc:
+            raise DamagedModelFiles(f"{index} is damaged ({exc}); download the model again") from exc
+        for shard in sorted(shards):
+            if not (path / shard).exists():
+                raise DamagedModelFiles(f"{path / shard} is missing ({index.name} lists it); download the model again")
+    for file in sorted(path.glob("*.safetensors")):
+        check_safetensors_file(file)
+    if with_tokenizer and not any((path / name).exists() for name in TOKENIZER_FILES):
+        raise FileNotFoundError(f"{path / 'tokenizer.json'} is missing: {path.name} has no tokenizer (none of"
+                                f" {', '.join(TOKENIZER_FILES)}); copy it from the model's repository")
+
+
 def read_config(path: Path) -> dict:
     """A model folder's config.json as a dict (no transformers import)."""
     path = Path(path)
@@ -72,8 +125,7 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     path = Path(path)
     if is_gguf(path) or precision == "file" and role == "target":
         return _load_gguf(path, precision, device, role, with_tokenizer)
-    if not (path / "config.json").exists():
-        raise FileNotFoundError(f"{path} is not a model folder (no config.json)")
+    check_model_folder(path, with_tokenizer)
     if weights is not None and role != "drafter":
         raise ValueError("only a drafter's weights may differ from the precision mode's")
     dev = pick_device(device)
@@ -96,7 +148,12 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     # int8 is quantized from the checkpoint's bf16 weights (loading fp32 first would only cost
     # time and memory: the values are the same).
     load_dtype = torch.bfloat16 if weights in ("int8", "int4") else dtype
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype).to(dev).eval()
+    from safetensors import SafetensorError
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=load_dtype).to(dev).eval()
+    except SafetensorError as exc:  # damaged past what the header check sees; its message names no file
+        raise DamagedModelFiles(f"{path}: a weight file is unreadable ({exc}); download or convert the model again") from exc
     from_cache = False
     if weights in ("int8", "int4") and role == "target":
         from_cache = _to_quantized_target(model, path, weights)
@@ -156,7 +213,6 @@ def _load_gguf(path: Path, precision: Precision, device: str, role: str, with_to
                        "file", quantization=loaded.quantization)
 
 
-
 def release_freed_memory() -> None:
     """Hand memory freed while quantizing back to the OS. The float weights and fp32 temporaries
     (a few MB each) come from glibc's heap, which keeps freed chunks: measured on the default
@@ -178,7 +234,10 @@ def _to_quantized_target(model: torch.nn.Module, path: Path, kind: str) -> bool:
     if cached is not None and not _cache_fits(model, cached, kind):
         log.warning("%s cache of %s does not match the model; converting again", kind, path.name)
         cached = None
-    held = (to_int8_target if kind == "int8" else to_int4_target)(model, cached)
+    try:
+        held = (to_int8_target if kind == "int8" else to_int4_target)(model, cached)
+    except DamagedWeights as exc:
+        raise DamagedWeights(f"{path}: {exc}") from None
     if cached is not None:
         return True
     try:

@@ -29,6 +29,18 @@ from kernels.linear.packing import can_pack, pack
 log = logging.getLogger(__name__)
 
 
+class DamagedWeights(RuntimeError):
+    """A model's weights hold NaN or infinite values: its files are damaged."""
+
+
+def refuse_non_finite(name: str, weight: torch.Tensor) -> None:
+    """Quantizing would hide a NaN (it rounds to an arbitrary int8), and the damaged model would
+    then decode plausible garbage: refuse the weight instead, naming it."""
+    if not torch.isfinite(weight).all():
+        raise DamagedWeights(f"the weights of {name} hold NaN or infinite values: the model's files are damaged;"
+                             f" convert or download it again")
+
+
 class Int8Linear(torch.nn.Module):
     """Drop-in for nn.Linear holding int8 weights and one fp32 scale per output feature."""
 
@@ -122,6 +134,8 @@ def quantize_linears(model: torch.nn.Module, include_head: bool = False,
         device = module.weight.device  # a cache is read to the CPU; the model may be elsewhere
         cached = ((quantized[f"{name}.q"].to(device), quantized[f"{name}.scale"].to(device))
                   if f"{name}.q" in quantized else None)
+        if cached is None:
+            refuse_non_finite(name, module.weight)
         layer = Int8Linear(module, cached, int16_inputs=int16_inputs)
         setattr(parent, attr, layer)
         held[f"{name}.q"], held[f"{name}.scale"] = layer.q, layer.scale
@@ -172,6 +186,8 @@ def quantize_linears_int4(model: torch.nn.Module, quantized: dict[str, torch.Ten
     for name, module in targets:
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
+        if f"{name}.packed" not in quantized and f"{name}.q" not in quantized:
+            refuse_non_finite(name, module.weight)
         if int4_linear.reference.supports(module.out_features, module.in_features):
             cached = tuple(quantized[f"{name}.{k}"] for k in ("packed", "scale", "offset")) if f"{name}.packed" in quantized else None
             layer = Int4Linear(module, cached)
