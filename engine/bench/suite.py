@@ -14,6 +14,7 @@ import logging
 import math
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -21,7 +22,7 @@ import torch
 
 from engine.bench.draft_agreement import draft_agreement, full_head_like
 from engine.bench.step_costs import measure_step_costs
-from engine.core.settings import DecodeSettings
+from engine.core.settings import DecodeSettings, InvalidRequest, check_prompt
 from engine.decode.divergence import first_difference
 from engine.session.compare import drain, warm_up
 from engine.session.session import DrafterKind, Session
@@ -29,19 +30,69 @@ from engine.session.session import DrafterKind, Session
 log = logging.getLogger(__name__)
 
 
+class PromptFileError(InvalidRequest):
+    """A bench prompt file that cannot be used; the message names the file and line."""
+
+
 def read_prompts(path: Path) -> list[dict]:
-    prompts = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
+    """Every prompt of a JSONL file (one object a line with "id", "category" and "prompt"
+    strings, ids unique), checked whole before any model is loaded: the first bad line is
+    refused with its file and line number."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PromptFileError(f"cannot read the prompt file {path}: {exc.strerror or exc}") from None
+    prompts, seen = [], {}
+    for n, line in enumerate(raw.splitlines(), 1):
+        where = f"{path}:{n}"
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise PromptFileError(f"{where}: not valid UTF-8 (byte 0x{line[exc.start]:02x} at column {exc.start + 1})") from None
+        if not text.strip():
             continue
-        item = json.loads(line)
-        missing = {"id", "category", "prompt"} - item.keys()
+        try:
+            item = json.loads(text)
+        except ValueError as exc:
+            raise PromptFileError(f"{where}: not a JSON object ({exc})") from None
+        if not isinstance(item, dict):
+            raise PromptFileError(f"{where}: each line must be a JSON object with id, category and prompt, not {type(item).__name__}")
+        missing = [k for k in ("id", "category", "prompt") if k not in item]
         if missing:
-            raise ValueError(f"{path}:{n}: missing {sorted(missing)}")
+            raise PromptFileError(f"{where}: missing {', '.join(missing)}")
+        for key in ("id", "category", "prompt"):
+            if not isinstance(item[key], str):
+                raise PromptFileError(f"{where}: {key} must be a string, not {type(item[key]).__name__}")
+        if not item["id"].strip() or not item["category"].strip():
+            raise PromptFileError(f"{where}: id and category must not be empty")
+        try:
+            check_prompt(item["prompt"], f"the prompt of {item['id']!r}")
+            check_prompt(item["id"], "the id")
+        except InvalidRequest as exc:
+            raise PromptFileError(f"{where}: {exc}") from None
+        if item["id"] in seen:
+            raise PromptFileError(f"{where}: the id {item['id']!r} is already used on line {seen[item['id']]}")
+        seen[item["id"]] = n
         prompts.append(item)
     if not prompts:
-        raise ValueError(f"{path} holds no prompts")
+        raise PromptFileError(f"{path} holds no prompts")
     return prompts
+
+
+def select_prompts(prompts: list[dict], categories: list[str] | None = None, limit: int = 0) -> list[dict]:
+    """The prompts of ``categories`` (all when None), the first ``limit`` of them (0: all).
+    An unknown category is refused with the ones that exist."""
+    if limit < 0:
+        raise InvalidRequest(f"limit must be >= 0 (0: every prompt), not {limit}")
+    if categories:
+        known = sorted({p["category"] for p in prompts})
+        unknown = [c for c in categories if c not in known]
+        if unknown:
+            raise InvalidRequest(f"no prompts of category {', '.join(map(repr, unknown))}; the prompt file has"
+                                 f" {', '.join(known)}")
+        prompts = [p for p in prompts if p["category"] in categories]
+    return prompts[:limit] if limit else prompts
 
 
 def _ours(events) -> dict:
@@ -117,13 +168,16 @@ def _step_cost_ratio(plain: dict, spec: dict) -> dict:
 
 
 def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafter: DrafterKind = "model", progress=print,
-              hf: bool = True, agreement: bool = True, baseline: dict | None = None, repeats: int = 1) -> dict:
+              hf: bool = True, agreement: bool = True, baseline: dict | None = None, repeats: int = 1,
+              on_report: Callable[[dict], None] | None = None) -> dict:
     """``hf``: also run transformers' plain and assisted generate as references. ``agreement``:
     also measure the drafter's teacher-forced agreement with the target's output, full vocabulary
     vs the reduced head (see engine.bench.draft_agreement). ``baseline``: ``baseline_plain``'s result
     for the same prompts, compared with this run's plain decoding. ``repeats``: run plain
     and speculative decoding of each prompt this many times, alternating, and report each one's
-    median run (on a shared machine one run's speed can be off by 30%)."""
+    median run (on a shared machine one run's speed can be off by 30%). ``on_report``: called
+    with the report so far after every prompt (``"complete": False``) and with the final one, so
+    a caller can save it as it grows: a later failure then keeps the earlier prompts' results."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
     settings = DecodeSettings(max_new_tokens=max_new_tokens)
@@ -139,6 +193,11 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
         progress(f"step costs at {len(ids)} tokens of context: target {costs.target_ms:.1f} ms, "
                  f"draft {costs.draft_ms:.1f} ms, c = {costs.c:.3f}")
     results = []
+
+    def report(complete: bool) -> dict:
+        return {"complete": complete, "prompts_planned": len(prompts),
+                **_report(session, results, step_costs, head, baseline, max_new_tokens, drafter, repeats)}
+
     for item in prompts:
         ids = session.encode(item["prompt"])
         row = {"id": item["id"], "category": item["category"], "prompt_tokens": len(ids)}
@@ -168,6 +227,8 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
             found = draft_agreement(session.drafter_model.model, head, full_head, ids, row["plain"]["token_ids"])
             row["agreement"] = None if found is None else {"full": found.full, "reduced": found.reduced}
         results.append(row)
+        if on_report is not None:
+            on_report(report(complete=False))
         c = row.get("step_costs", {}).get("c")
         agree = row.get("agreement")
         progress(
@@ -183,6 +244,14 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
             + (f"plain at {baseline['precision']} {row['baseline_plain']['tok_per_s']:5.2f}  " if "baseline_plain" in row else "")
             + f"{'identical' if row['identical'] else 'DIFFERS at ' + str(row['first_divergence'])}"
         )
+    final = report(complete=True)
+    if on_report is not None:
+        on_report(final)
+    return final
+
+
+def _report(session: Session, results: list[dict], step_costs: dict | None, head, baseline: dict | None,
+            max_new_tokens: int, drafter: DrafterKind, repeats: int) -> dict:
     options = session.drafter_options
     return {"settings": {"max_new_tokens": max_new_tokens, "precision": session.precision, "drafter": drafter, "repeats": repeats,
                          "threads": torch.get_num_threads(), "target": session.target.name,
@@ -194,7 +263,7 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
                          "target_load_seconds": session.target.seconds,
                          "drafter_load_seconds": session.drafter_model.seconds if session.drafter_model else None,
                          "baseline_precision": baseline["precision"] if baseline else None},
-            "step_costs": step_costs, "prompts": results, "summary": summarize(results)}
+            "step_costs": step_costs, "prompts": list(results), "summary": summarize(results)}
 
 
 def summarize(results: list[dict]) -> dict:

@@ -5,26 +5,30 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli.common import default_model_paths, load_session, model_options
+from engine.cli.common import check_writable, default_model_paths, drafter_options, load_session, model_options, write_json_atomically
 from engine.core.paths import RESOURCES
 
 
 def run(args) -> int:
     import gc
 
+    from engine.bench.suite import baseline_plain, read_prompts, run_bench, select_prompts
+    from engine.core.settings import DecodeSettings, InvalidRequest
+    from engine.session.session import Session
+
+    # Every input first, in milliseconds: the models take a minute to load, the run much longer.
+    if args.repeats < 1:
+        raise InvalidRequest(f"--repeats must be at least 1, not {args.repeats}")
+    if args.threads < 0:
+        raise InvalidRequest(f"--threads must be >= 0 (0: torch's choice), not {args.threads}")
+    DecodeSettings(max_new_tokens=args.max_new_tokens)
+    drafter_options(args)
+    prompts = select_prompts(read_prompts(args.prompts), args.category, args.limit)
+    out = check_writable(Path(args.json))
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-
-    from engine.bench.suite import baseline_plain, read_prompts, run_bench
-    from engine.session.session import Session
-
-    prompts = read_prompts(args.prompts)
-    if args.category:
-        prompts = [p for p in prompts if p["category"] in args.category]
-    if args.limit:
-        prompts = prompts[: args.limit]
     baseline = None
     if args.baseline_precision:
         # First, alone in memory: the same target at the baseline precision, plain decoding only.
@@ -35,9 +39,9 @@ def run(args) -> int:
         del other
         gc.collect()
     session = load_session(args)
+    # Saved after every prompt: a failure (or Ctrl-C) later keeps the results so far.
     report = run_bench(session, prompts, args.max_new_tokens, args.drafter, hf=not args.no_hf, agreement=not args.no_agreement,
-                       baseline=baseline, repeats=args.repeats)
-    Path(args.json).write_text(json.dumps(report, indent=1))
+                       baseline=baseline, repeats=args.repeats, on_report=lambda r: write_json_atomically(out, r))
     summary = {k: v for k, v in report["summary"].items() if k != "by_category"}
     print(json.dumps({"step_costs": report["step_costs"], **summary}, indent=1))
     for cat, row in report["summary"]["by_category"].items():

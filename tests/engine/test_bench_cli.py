@@ -1,6 +1,10 @@
 """`tandem bench` on the tiny pair: an int8 target next to a bf16 baseline, in one run."""
 import json
+from pathlib import Path
 
+import pytest
+
+from engine.bench.suite import PromptFileError, read_prompts
 from engine.cli import main
 from engine.testing.tiny_models import save_pair
 
@@ -15,6 +19,7 @@ def test_bench_compares_the_int8_target_with_bf16_plain_decoding(tmp_path, capsy
                  "--no-agreement", "--drafter-head", "full", "--max-new-tokens", "12", "--threads", "1"])
     assert code == 0
     report = json.loads(out.read_text())
+    assert report["complete"] is True  # the last of the reports written as the bench went
     assert report["settings"]["precision"] == "int8" and report["settings"]["baseline_precision"] == "fast"
     [row] = report["prompts"]
     assert row["identical"]  # speculation on the int8 target == its plain decoding
@@ -42,8 +47,66 @@ def test_bench_repeats_alternate_and_report_the_median_run(tmp_path):
         assert row[key]["tok_per_s"] == sorted(runs)[1]
     assert row["all_runs_identical"] and row["identical"]
     assert row["speedup_vs_plain"] == row["speculative"]["tok_per_s"] / row["plain"]["tok_per_s"]
-    # The same runs without their prefill: faster than the whole-run rate, and their own ratio.
+    # The same runs without their prefill, and their own ratio. (Whether that rate beats the
+    # whole-run rate is timing: on a tiny model a prefill costs about one step, so it varies.)
     for key in ("plain", "speculative"):
-        assert row[key]["decode_tok_per_s"] > row[key]["tok_per_s"]
+        assert row[key]["decode_tok_per_s"] > 0
     assert row["decode_speedup_vs_plain"] == row["speculative"]["decode_tok_per_s"] / row["plain"]["decode_tok_per_s"]
     assert report["summary"]["decode_speedup_vs_plain"] == row["decode_speedup_vs_plain"]
+
+
+def _prompt_file(tmp_path, lines) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    path.write_bytes(b"\n".join(line if isinstance(line, bytes) else line.encode() for line in lines) + b"\n")
+    return path
+
+
+GOOD = json.dumps({"id": "a", "category": "code", "prompt": "def add(a, b):"})
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("{not json", ":2: not a JSON object"),
+    ("[1, 2]", ":2: each line must be a JSON object"),
+    (json.dumps({"id": "b", "prompt": "x"}), ":2: missing category"),
+    (json.dumps({"id": "b", "category": "code", "prompt": 3}), ":2: prompt must be a string, not int"),
+    (json.dumps({"id": "b", "category": "code", "prompt": "  "}), ":2: the prompt of 'b' is empty"),
+    (json.dumps({"id": "a", "category": "code", "prompt": "again"}), ":2: the id 'a' is already used on line 1"),
+    (b'{"id": "b", "category": "code", "prompt": "caf\xe9"}', ":2: not valid UTF-8 (byte 0xe9 at column 47)"),
+    (json.dumps({"id": "b", "category": "code", "prompt": "bad \udcff"}), ":2: the prompt of 'b' is not valid UTF-8"),
+])
+def test_a_bad_prompt_file_is_refused_with_its_file_and_line(tmp_path, bad, message):
+    path = _prompt_file(tmp_path, [GOOD, bad, GOOD.replace('"a"', '"c"')])
+    with pytest.raises(PromptFileError) as caught:
+        read_prompts(path)
+    assert str(caught.value).startswith(str(path)) and message in str(caught.value)
+
+
+def test_bench_refuses_a_bad_prompt_file_before_loading_a_model(tmp_path, capsys):
+    path = _prompt_file(tmp_path, [GOOD, GOOD])
+    code = main(["bench", "--prompts", str(path), "--target", str(tmp_path / "absent")])
+    assert code == 2
+    assert f"{path}:2: the id 'a' is already used on line 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["missing-folder/report.json", "a-folder"])
+def test_bench_checks_its_report_path_before_loading_a_model(tmp_path, capsys, where):
+    (tmp_path / "a-folder").mkdir()
+    code = main(["bench", "--json", str(tmp_path / where), "--target", str(tmp_path / "absent")])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot write the report to" in err, err
+
+
+def test_a_failure_later_in_the_bench_keeps_the_earlier_prompts_results(tmp_path, capsys):
+    target, drafter = save_pair(tmp_path)  # a 512-token window
+    path = _prompt_file(tmp_path, [GOOD, json.dumps({"id": "too-long", "category": "prose", "prompt": "hello world " * 400})])
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--target", str(target), "--drafter-model", str(drafter), "--prompts", str(path), "--json", str(out),
+                 "--no-hf", "--no-agreement", "--drafter-head", "full", "--max-new-tokens", "6", "--threads", "1"])
+    assert code == 1
+    assert "context window is 512" in capsys.readouterr().err
+    report = json.loads(out.read_text())
+    assert report["complete"] is False and report["prompts_planned"] == 2
+    [row] = report["prompts"]
+    assert row["id"] == "a" and row["plain"]["new_tokens"] > 0
+    assert report["summary"]["plain_tok_per_s"] > 0
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]  # the atomic writes left nothing behind
