@@ -6,12 +6,26 @@ import json
 
 def run(args) -> int:
     from engine.models.catalog import load_catalog
-    from engine.models.fit import recommend
+    from dataclasses import replace
+
+    from engine.core.settings import InvalidRequest
+    from engine.models.fit import assess, recommend
     from engine.models.hardware import Hardware, detect_hardware
     from engine.models.memory_fit import human_bytes
 
+    if args.context is not None and args.context < 1:
+        raise InvalidRequest(f"--context must be at least 1 token, not {args.context}")
     hardware = Hardware.from_profile_file(args.hardware) if args.hardware else detect_hardware()
-    results = recommend(load_catalog(), hardware, args.context, precisions=(args.precision,))
+    # A model cannot run past its context window, whatever memory it fits: ranked apart, never
+    # recommended, with the reason.
+    entries = load_catalog()
+    too_long = [e for e in entries if args.context and e.max_context and args.context > e.max_context]
+    usable = [e for e in entries if e not in too_long]
+    results = recommend(usable, hardware, args.context, precisions=(args.precision,)) if usable else []
+    for entry in too_long:
+        at_window = assess(entry, hardware, args.precision, entry.max_context)
+        results.append(replace(at_window, context=args.context, fit="none", recommended=False,
+                               reason=f"its context window is {entry.max_context} tokens, below the {args.context} asked"))
     if args.json:
         print(json.dumps({"hardware": hardware.to_dict(), "models": [r.to_dict() for r in results]}, indent=1))
         return 0

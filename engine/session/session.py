@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.core.events import Event
-from engine.core.settings import DecodeSettings, DrafterOptions, Precision
+from engine.core.settings import DecodeSettings, DrafterOptions, InvalidRequest, Precision, check_prompt
 from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import Drafter, DrafterMismatch, DraftModelDrafter, Gemma4AssistantDrafter, PromptLookupDrafter
 from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
@@ -19,7 +19,7 @@ from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.drafters.reduced_head import ReducedHead
 from engine.gguf import is_gguf
-from engine.models.loading import LoadedModel, drafter_weights, load_model, read_config, same_vocabulary
+from engine.models.loading import LoadedModel, check_model_folder, drafter_weights, load_model, read_config, same_vocabulary
 from engine.models.placement import check_fits, dtype_for, pick_device, weights_name
 from engine.models.runner import ModelRunner
 
@@ -82,6 +82,11 @@ class Session:
             if device not in ("auto", "cpu"):
                 raise ValueError(f"{Path(target_path).name}: GGUF models run on the CPU only, not on {device}")
             device = "cpu"  # a GGUF model's kernels (and its drafter) run on the CPU
+        # Both folders' files first: a missing tokenizer or a truncated weight file is named in
+        # milliseconds, not after the other model's load (or as a "drafter mismatch").
+        for path in (target_path, drafter_path):
+            if path and not Path(path).is_file():  # a folder (a .gguf file is checked by its loader)
+                check_model_folder(Path(path), with_tokenizer=path == target_path or not is_assistant_config(read_config(path)))
         dev = pick_device(device)
         if dev.type != "cpu":  # both models together, before either is loaded
             check_fits(Path(target_path), Path(drafter_path) if drafter_path else None, dtype_for(precision, dev), dev,
@@ -115,11 +120,13 @@ class Session:
         """Prompt ids: chat messages (or a single user message) through the chat template when
         the tokenizer has one; raw text otherwise."""
         if isinstance(prompt, str):
-            if not prompt.strip():
-                raise ValueError("the prompt is empty: type something to send")
-            messages = [{"role": "user", "content": prompt}]
+            messages = [{"role": "user", "content": check_prompt(prompt)}]
         else:
             messages = prompt
+            if not messages:
+                raise InvalidRequest("the conversation is empty: type something to send")
+            for m in messages:
+                check_prompt(m.get("content", ""), f"the {m.get('role', 'user')} message")
         if chat and getattr(self.tokenizer, "chat_template", None):
             encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
             return list(encoded["input_ids"])
