@@ -1,7 +1,7 @@
 """Model picker: what this machine can run, with which drafter, how much memory, how much faster."""
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,

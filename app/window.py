@@ -2,32 +2,26 @@
 from __future__ import annotations
 
 import logging
-import time
-from enum import Enum
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMainWindow,
-    QProgressBar,
-    QPushButton,
-    QSplitter,
     QTabWidget,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app import gui_gc, jobs
+from app import gui_gc, jobs, window_state
 from app.app_settings import AppSettings, Key
 from app.chat_view import ChatView
 from app.conversations import ConversationStore, describe_set_aside
 from app.demo_view import DemoView
 from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, KernelReport, MachineReport, ModelLoaded, Progress
 from app.model_settings import ModelSettingsStore
-from app.models_view import ModelsView, human_bytes
+from app.models_view import ModelsView
 from app.presets import PresetStore, describe_skipped
 from app.remote_demo import RemoteDemoView
 from app.remote_jobs import use_remote
@@ -36,46 +30,13 @@ from app.server_jobs import start_server
 from app.server_panel import ServerPanel
 from app.speculation_status import SpeculationStatus
 from app.stall import StallMonitor
+from app.window_parts import JOB_STATES, ErrorBanner, StatusStrip, UiState
 from app.worker import EngineHost
 from engine.core.events import Failed
 from engine.core.paths import data_dir
 from engine.session.side_by_side import SideBySideResult
 
 log = logging.getLogger(__name__)
-
-
-class UiState(Enum):
-    IDLE = "Idle"
-    DOWNLOADING = "Downloading"
-    LOADING = "Loading"
-    GENERATING = "Generating"
-    CANCELLING = "Cancelling"
-    ERROR = "Error"
-
-
-JOB_STATES = {"load": UiState.LOADING, "download": UiState.DOWNLOADING, "demo": UiState.GENERATING, "chat": UiState.GENERATING}
-
-
-class ErrorBanner(QWidget):
-    def __init__(self) -> None:
-        super().__init__()
-        self.setStyleSheet("background: #fce8e6; color: #a50e0e; border-radius: 4px;")
-        row = QHBoxLayout(self)
-        row.setContentsMargins(10, 6, 6, 6)
-        self.text = QLabel()
-        self.text.setWordWrap(True)
-        self.text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        close = QToolButton()
-        close.setText("✕")
-        close.setAutoRaise(True)
-        close.clicked.connect(self.hide)
-        row.addWidget(self.text, 1)
-        row.addWidget(close)
-        self.hide()
-
-    def show_error(self, message: str) -> None:
-        self.text.setText(message)
-        self.show()
 
 
 class MainWindow(QMainWindow):
@@ -98,7 +59,6 @@ class MainWindow(QMainWindow):
         self.loaded: ModelLoaded | None = None
         self.last_report: MachineReport | None = None
         self.autoload = autoload
-        self._progress_started = 0.0
 
         self.banner = ErrorBanner()
         self.model_label = QLabel("No model loaded")
@@ -149,25 +109,13 @@ class MainWindow(QMainWindow):
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction("&About Tandem", self.show_about)
 
-        bar = self.statusBar()
-        self.state_label = QLabel(UiState.IDLE.value)
-        self.progress = QProgressBar()
-        self.progress.setMaximumWidth(260)
-        self.progress.setTextVisible(True)
-        self.progress_detail = QLabel("")
-        self.cancel_button = QPushButton("Cancel")
-        bar.addWidget(self.state_label)
-        bar.addWidget(self.progress_detail, 1)
-        bar.addPermanentWidget(self.progress)
-        bar.addPermanentWidget(self.cancel_button)
-        self.progress.hide()
-        self.cancel_button.hide()
+        self.status = StatusStrip(self.statusBar())
 
         self.stalls = StallMonitor(self)
         self.stalls.start()
         self.host = EngineHost(self)
         self.host.event.connect(self.on_event)
-        self.cancel_button.clicked.connect(self.cancel)
+        self.status.cancel_button.clicked.connect(self.cancel)
         self.demo.run_requested.connect(self.run_demo)
         self.demo.stop_requested.connect(self.cancel)
         self.demo.controls.precision_changed.connect(self._precision_changed)
@@ -193,52 +141,11 @@ class MainWindow(QMainWindow):
         self._restore()
         self.probe()
 
-    # --- persistence --------------------------------------------------------------------------
     def _restore(self) -> None:
-        s, c = self.settings, self.demo.controls
-        geometry = s.get(Key.GEOMETRY)
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1280, 860)
-        # A first run opens on the picker, the recommended model selected, its one primary button.
-        self.tabs.setCurrentIndex(s.get(Key.TAB, 0, int))
-        for splitter, state in zip(self.findChildren(QSplitter), s.get(Key.SPLITTERS, []) or []):
-            splitter.restoreState(bytes.fromhex(state))
-        self.demo.prompt.setPlainText(s.get(Key.DEMO_PROMPT, "") or "")
-        self.chat.input.setPlainText(s.get(Key.CHAT_DRAFT, "") or "")
-        c.drafter.setCurrentIndex(max(0, c.drafter.findData(s.get(Key.DRAFTER, "model"))))
-        c.draft_length.setValue(s.get(Key.DRAFT_LENGTH, 0, int))
-        c.mode.setCurrentIndex(max(0, c.mode.findData(s.get(Key.MODE, "greedy"))))
-        c.temperature.setValue(s.get(Key.TEMPERATURE, 0.7, float))
-        c.top_p.setValue(s.get(Key.TOP_P, 0.95, float))
-        c.set_precision(s.get(Key.PRECISION, "fast"))
-        c.max_new_tokens.setValue(s.get(Key.MAX_NEW_TOKENS, 128, int))
-        self.models.set_context(s.get(Key.CONTEXT, 4096, int))
-        self.models.set_app_precision(c.precision.currentData())
-        self.speculation.update_state(choice=c.drafter_kind())
-        self._tab_changed(self.tabs.currentIndex())
+        window_state.restore(self)
 
     def save_settings(self) -> None:
-        s, c = self.settings, self.demo.controls
-        s.set(Key.GEOMETRY, self.saveGeometry())
-        s.set(Key.TAB, self.tabs.currentIndex())
-        s.set(Key.SPLITTERS, [bytes(sp.saveState()).hex() for sp in self.findChildren(QSplitter)])
-        s.set(Key.DEMO_PROMPT, self.demo.prompt.toPlainText())
-        s.set(Key.CHAT_DRAFT, self.chat.input.toPlainText())
-        s.set(Key.DRAFTER, c.drafter_kind())
-        s.set(Key.DRAFT_LENGTH, c.draft_length.value())
-        s.set(Key.MODE, c.mode.currentData())
-        s.set(Key.TEMPERATURE, c.temperature.value())
-        s.set(Key.TOP_P, c.top_p.value())
-        s.set(Key.PRECISION, c.precision.currentData())
-        s.set(Key.MAX_NEW_TOKENS, c.max_new_tokens.value())
-        s.set(Key.CONTEXT, self.models.context.currentData())
-        self.chat.save_state()
-        if self.loaded is not None:
-            s.set(Key.MODEL_TARGET, self.loaded.target_path)
-            s.set(Key.MODEL_DRAFTER, self.loaded.drafter_path)
-        s.sync()
+        window_state.save(self)
 
     # --- jobs ---------------------------------------------------------------------------------
     def _submit(self, kind: str, run) -> bool:
@@ -366,7 +273,7 @@ class MainWindow(QMainWindow):
         if kind == "serve":
             self.server_panel.on_event(payload)
         elif isinstance(payload, Progress):
-            self._show_progress(payload)
+            self.status.show_progress(payload)
         elif isinstance(payload, MachineReport):
             self.last_report = payload
             self.models.show_report(payload)
@@ -392,7 +299,7 @@ class MainWindow(QMainWindow):
         elif isinstance(payload, JobEnded):
             if envelope.job == self.active_job:
                 self.active_job = self.active_kind = None
-                self._hide_progress()
+                self.status.hide_progress()
                 if self.state is not UiState.ERROR:
                     self._set_state(UiState.IDLE)
                 self.demo.set_running(False)
@@ -426,7 +333,7 @@ class MainWindow(QMainWindow):
 
         progress, error = describe_download_event(payload)
         if progress is not None:
-            self._show_progress(progress)
+            self.status.show_progress(progress)
         if error:
             self._fail(error)
 
@@ -464,33 +371,8 @@ class MainWindow(QMainWindow):
 
     def _set_state(self, state: UiState) -> None:
         self.state = state
-        self.state_label.setText(state.value)
-        busy = state in (UiState.LOADING, UiState.DOWNLOADING, UiState.GENERATING, UiState.CANCELLING)
-        self.cancel_button.setVisible(state in (UiState.LOADING, UiState.DOWNLOADING))
-        self.cancel_button.setEnabled(state is not UiState.CANCELLING)
-        self.models.set_busy(busy)
-        if state in (UiState.LOADING, UiState.DOWNLOADING):
-            self._show_progress(Progress("", 0, 0))  # the state label already names it
-
-    def _show_progress(self, p: Progress) -> None:
-        if not self.progress.isVisible():
-            self._progress_started = time.monotonic()
-        self.progress.show()
-        if p.total:
-            self.progress.setRange(0, 1000)
-            self.progress.setValue(int(1000 * p.done / p.total))
-        else:
-            self.progress.setRange(0, 0)  # busy indicator: no honest percentage exists
-        text = p.stage or ""
-        if p.unit == "bytes" and p.total:
-            text += f" · {human_bytes(p.done)} of {human_bytes(p.total)}"
-        if p.detail:
-            text += f" · {p.detail}" if text else p.detail
-        self.progress_detail.setText(text)
-
-    def _hide_progress(self) -> None:
-        self.progress.hide()
-        self.progress_detail.setText("")
+        self.status.set_state(state)
+        self.models.set_busy(state in (UiState.LOADING, UiState.DOWNLOADING, UiState.GENERATING, UiState.CANCELLING))
 
     # --- closing ------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:

@@ -264,11 +264,16 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown dtype(s) {unknown}; choose from {sorted(DTYPES)}")
     result = run(args.tiny, args.device, dtypes, args.context, args.max_k, args.reps)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
-    sys.stdout.write(report(result) + "\n")
+    emit(result, report(result), args.json)
     return 0
+
+
+def emit(result: dict, text: str, json_path: Path | None) -> None:
+    """A bench's figures: the JSON written where asked, the readable report on stdout."""
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(result, indent=1))
+    sys.stdout.write(text + "\n")
 
 
 if __name__ == "__main__":

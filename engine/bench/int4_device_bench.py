@@ -21,15 +21,20 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import logging
-import sys
 import warnings
 from pathlib import Path
 
 import torch
 
-from engine.bench.gpu_bench import SHAPES, TINY_SHAPES, build_random_model, draft_seconds_per_token, target_pass_seconds
+from engine.bench.gpu_bench import (
+    SHAPES,
+    TINY_SHAPES,
+    build_random_model,
+    draft_seconds_per_token,
+    emit,
+    target_pass_seconds,
+)
 from engine.quant.gpu_weights import to_4bit_device_weights
 from kernels import int4pack
 from kernels.int4pack import reference
@@ -231,10 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     result = run(args.tiny, args.device, args.context, args.reps)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1))
-    sys.stdout.write(report(result) + "\n")
+    emit(result, report(result), args.json)
     return 0
 
 
