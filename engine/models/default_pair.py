@@ -9,7 +9,7 @@ later loads take seconds instead of a minute of dequantization.
 The conversion records each file's size and xxh3-128 digest in ``tandem-converted.json``.
 ``prepare`` checks them before a folder is used: sizes always; the digests again whenever a
 file's size, mtime, ctime or inode differ from the last full check (so any write to the file is
-seen; hashing the 3.5 GB target takes 0.5-2 s from the page cache, ~8 s from disk), and
+seen; hashing the 3.5 GB target takes 1-2 s from the page cache, ~8 s from disk), and
 always when ``full_check`` asks (`tandem setup`). A folder that fails is converted again from its
 GGUF, with a warning.
 """

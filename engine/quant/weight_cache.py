@@ -10,9 +10,10 @@ the quantization rule (kernels.quant_linear.reference.quantize) changes.
 
 Integrity: the header records an xxh3-128 digest of every tensor (name, dtype, shape, bytes)
 computed from the weights in memory before they were written; a load hashes what it read and
-compares. For the 1.5 GB int8 cache of the default target that takes ~0.5 s, most of it paging
-in the memory-mapped file, which the first forward pass did before (measured in one run on a
-busy 2-core machine: load_model 2.8 -> 3.2 s, load plus first forward no slower). A
+compares. For the 1.5 GB int8 cache of the default target that takes ~0.2 s (0.5 s on a busy
+machine), mostly paging in the memory-mapped file, which the first forward pass did before
+(same run, 2 cores, medians of 6: load_model 0.95 -> 1.13 s; load plus first forward 3.15 s
+without, 2.74 s with: no slower). A
 file that is unreadable, truncated, has no digest (an older Tandem wrote it) or does not match
 its digest (a NaN written over a scale, a bad sector) is removed and quantized again, with a
 warning. Files are written under a temporary name, flushed to disk and renamed, so a killed
