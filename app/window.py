@@ -110,12 +110,15 @@ class MainWindow(QMainWindow):
         help_menu.addAction("&About Tandem", self.show_about)
 
         self.status = StatusStrip(self.statusBar())
+        # The strip's widgets, by the names the window has always had (tests and the self-test read them).
+        self.state_label, self.progress = self.status.state_label, self.status.progress
+        self.progress_detail, self.cancel_button = self.status.detail, self.status.cancel_button
 
         self.stalls = StallMonitor(self)
         self.stalls.start()
         self.host = EngineHost(self)
         self.host.event.connect(self.on_event)
-        self.status.cancel_button.clicked.connect(self.cancel)
+        self.cancel_button.clicked.connect(self.cancel)
         self.demo.run_requested.connect(self.run_demo)
         self.demo.stop_requested.connect(self.cancel)
         self.demo.controls.precision_changed.connect(self._precision_changed)
