@@ -1,15 +1,16 @@
 import pytest
 import torch
 
-from kernels.verify import available_backends, use_backend, verify_greedy, verify_sampled
+from kernels.verify import active_backend, available_backends, use_backend, verify_greedy, verify_sampled
 from tests.stats_helpers import assert_same_distribution
 
 
 @pytest.fixture(params=available_backends(), autouse=True)
 def backend(request):
+    before = active_backend()
     use_backend(request.param)
     yield request.param
-    use_backend("reference")
+    use_backend(before)  # what the import chose, for the tests that follow
 
 
 def one_hot_logits(tokens, vocab=6):
