@@ -22,6 +22,7 @@ import types
 
 import torch
 
+from engine.core.heap import release_freed_memory
 from kernels import int4_linear, quant_linear
 from kernels import linear as linear_kernels
 from kernels.linear.packing import can_pack, pack
@@ -113,6 +114,11 @@ def int8_available() -> bool:
     return quant_linear.fast_backend() is not None
 
 
+# Trim the heap after every few converted layers: each trim walks the heap (~8 ms), and a few
+# layers' temporaries are tens of MB.
+TRIM_EVERY = 8
+
+
 def quantize_linears(model: torch.nn.Module, include_head: bool = False,
                      quantized: dict[str, torch.Tensor] | None = None, int16_inputs: bool = False) -> dict[str, torch.Tensor]:
     """Replace every nn.Linear of ``model`` (but its output embeddings unless ``include_head``)
@@ -128,7 +134,7 @@ def quantize_linears(model: torch.nn.Module, include_head: bool = False,
     ]
     quantized = quantized or {}
     held = {}
-    for name, module in targets:
+    for index, (name, module) in enumerate(targets):
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         device = module.weight.device  # a cache is read to the CPU; the model may be elsewhere
@@ -139,6 +145,8 @@ def quantize_linears(model: torch.nn.Module, include_head: bool = False,
         layer = Int8Linear(module, cached, int16_inputs=int16_inputs)
         setattr(parent, attr, layer)
         held[f"{name}.q"], held[f"{name}.scale"] = layer.q, layer.scale
+        if cached is None and index % TRIM_EVERY == TRIM_EVERY - 1:
+            release_freed_memory()  # the layers' fp32 temporaries (engine.core.heap)
     log.info("int8: %d linear layers in %.1fs", len(targets), time.perf_counter() - start)
     return held
 
@@ -183,7 +191,7 @@ def quantize_linears_int4(model: torch.nn.Module, quantized: dict[str, torch.Ten
     quantized = quantized or {}
     held = {}
     targets = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
-    for name, module in targets:
+    for index, (name, module) in enumerate(targets):
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         if f"{name}.packed" not in quantized and f"{name}.q" not in quantized:
@@ -197,6 +205,8 @@ def quantize_linears_int4(model: torch.nn.Module, quantized: dict[str, torch.Ten
             layer = Int8Linear(module, cached)
             held.update({f"{name}.q": layer.q, f"{name}.scale": layer.scale})
         setattr(parent, attr, layer)
+        if cached is None and index % TRIM_EVERY == TRIM_EVERY - 1:
+            release_freed_memory()  # the layers' fp32 temporaries (engine.core.heap)
     log.info("int4: %d linear layers in %.1fs", len(targets), time.perf_counter() - start)
     return held
 
