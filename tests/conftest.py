@@ -13,6 +13,16 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+@pytest.fixture
+def one_torch_thread():
+    """torch's CPU int4 op splits even a tiny call across its threads; on a loaded machine the
+    wait for the second one cost ~5 ms a call (12 us on one thread, measured): run on one."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def tiny_pair():
     """(tokenizer, target, drafter): tiny random Qwen2 models sharing a real BPE tokenizer."""

@@ -19,14 +19,7 @@ PROMPTS = ["def add(a, b):", "The quick brown fox", "for i in range(10):\n    pr
 DTYPE = torch.bfloat16
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """torch's CPU int4 op splits even a tiny call across its threads; on a loaded machine the
-    wait for the second one cost ~5 ms a call (12 us on one thread, measured): run on one."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py says why
 
 
 @pytest.fixture(scope="module")

@@ -22,14 +22,7 @@ CASES = [(d, t) for d in DEVICES for t in DTYPES[d]]
 SHAPES = [(16, 32), (48, 96), (64, 64), (80, 160), (96, 192), (128, 256), (16, 384)]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """torch's CPU int4 op splits even a tiny call across its threads; on a loaded machine the
-    wait for the second one cost ~5 ms a call (12 us on one thread, measured): run on one."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tests/conftest.py says why
 
 
 def ulp(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
