@@ -8,7 +8,7 @@ import argparse
 import logging
 import sys
 
-from engine.cli import bench, download, generate, models, remote, serve
+from engine.cli import bench, download, fidelity, generate, models, remote, serve
 from engine.core.settings import InvalidRequest
 
 
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     generate.add_parsers(sub)
     bench.add_parser(sub)
+    fidelity.add_parser(sub)
     download.add_parser(sub)
     models.add_parser(sub)
     serve.add_parser(sub)
