@@ -1,5 +1,10 @@
 """`tandem download`: a model and its matching drafter from the Hugging Face Hub, with a
-progress bar; Ctrl-C stops cleanly and the same command resumes."""
+progress bar; Ctrl-C stops cleanly and the same command resumes.
+
+A catalog model with GGUF variants downloads one of them (``--variant Q4_K_M``; by default the
+first the catalog lists): that file and its drafter's GGUF file only, ready for precision
+"file". ``--variant safetensors``, or a model without GGUF variants, fetches the repo's own
+weights as before."""
 from __future__ import annotations
 
 import sys
@@ -32,6 +37,28 @@ class _DownloadBar:
             self.shown = False
 
 
+SAFETENSORS = ("safetensors", "none")  # --variant values that ask for the repo's own weights
+
+
+def _variant(args) -> str | None:
+    """The GGUF variant to fetch: the one asked for, else the catalog's first where the model
+    has some and nothing safetensors-only was asked for; None: the repo's own weights."""
+    from engine.hub.gguf_plan import catalog_variants
+    from engine.hub.plan import catalog_entry
+
+    if args.variant is not None:
+        return None if args.variant.strip().lower() in SAFETENSORS else args.variant
+    if args.precision or args.drafter or args.cross_tokenizer:
+        return None
+    entry = catalog_entry(args.model)
+    variants = catalog_variants(entry)[0] if entry is not None else ()
+    if variants:
+        print(f"variant: {variants[0].quant} (GGUF; also {', '.join(v.quant for v in variants[1:]) or 'none'};"
+              " --variant to choose, --variant safetensors for the repo's own weights)", file=sys.stderr)
+        return variants[0].quant
+    return None
+
+
 def run(args) -> int:
     """Fetch a model and its drafter from the Hub. Ctrl-C stops cleanly; running the same
     command again resumes from the bytes already on disk."""
@@ -41,21 +68,23 @@ def run(args) -> int:
     from engine.hub.download import (
         DownloadFailed,
         DownloadFinished,
+        DownloadNotice,
         DownloadProgress,
         DownloadStarted,
         HubError,
         download_events,
-        plan_download,
+        plan_for,
     )
 
     try:  # the revision, the repo and everything the Hub answers are checked here
-        plan = plan_download(args.model, drafter=not args.no_drafter, precision=args.precision,
-                             drafter_repo=args.drafter, cross_tokenizer=args.cross_tokenizer, revision=args.revision)
+        plan = plan_for(args.model, _variant(args), drafter=not args.no_drafter, precision=args.precision,
+                        drafter_repo=args.drafter, cross_tokenizer=args.cross_tokenizer, revision=args.revision)
     except HubError as exc:
         print(f"tandem: error ({exc.kind}): {exc}", file=sys.stderr)
         return 1
     bar = _DownloadBar()
-    print(f"target:  {plan.target.repo} ({len(plan.target.files)} files, {human_size(plan.target.size)})"
+    what = f"{plan.target.precision} GGUF, " if plan.target.entry_file else ""
+    print(f"target:  {plan.target.repo} ({what}{len(plan.target.files)} files, {human_size(plan.target.size)})"
           + (" - installed" if plan.target.installed else ""), file=sys.stderr)
     if plan.drafter is not None:
         where = plan.drafter.repo + (f"/{plan.drafter.subfolder}" if plan.drafter.subfolder else "")
@@ -74,6 +103,9 @@ def run(args) -> int:
                 print(f"resuming: {human_size(event.bytes_present)} of {human_size(event.total_bytes)} already here", file=sys.stderr)
             elif isinstance(event, DownloadProgress):
                 bar.show(event.bytes_done, event.bytes_total, event.rate_bps, event.eta_s, event.current_file)
+            elif isinstance(event, DownloadNotice):
+                bar.end()
+                print(f"note: {event.message}", file=sys.stderr)
             elif isinstance(event, DownloadFailed):
                 bar.end()
                 if event.kind == "cancelled":
@@ -102,7 +134,11 @@ def add_parser(sub) -> None:
     p.add_argument("--drafter", metavar="REPO", help="use this drafter repo instead of the catalog pairing")
     p.add_argument("--cross-tokenizer", action="store_true",
                    help="accept a drafter whose tokenizer differs from the target's")
+    p.add_argument("--variant", default=None, metavar="QUANT",
+                   help="a GGUF variant from the catalog, e.g. Q4_K_M: only that file and its drafter's GGUF file"
+                        " (default: the catalog's first, where the model has any; 'safetensors' for the repo's own)")
     p.add_argument("--precision", default=None, metavar="VARIANT",
-                   help="weight variant: default the repo's own safetensors; e.g. fp16, or a GGUF quant like Q4_K_M")
+                   help="weight variant: default the repo's own safetensors; e.g. fp16, or a GGUF quant like Q4_K_M"
+                        " for a repo of GGUF files only")
     p.add_argument("--revision", default="main", help="branch, tag or commit of the target (default: main)")
     p.set_defaults(func=run)

@@ -113,6 +113,9 @@ def link_pointer(blob: Path, pointer: Path) -> None:
 
 @dataclass(frozen=True)
 class InstalledModel:
+    """A verified download. ``path`` is what a load takes: the model folder, or for a
+    single-file model (a GGUF variant) its ``entry_file`` (the first part of a split one)."""
+
     repo: str
     revision: str
     commit: str
@@ -120,12 +123,34 @@ class InstalledModel:
     path: Path
     files: tuple[HubFile, ...]
     precision: str | None = None
+    entry_file: str | None = None
 
 
-def _marker_path(repo: str, subfolder: str | None, revision: str) -> Path:
-    name = repo_folder(repo) + (f"--{subfolder}" if subfolder else "") + "@" + quote(revision, safe="")
-    root = tandem_cache_dir() / "hub" / "installed"
+def _marker_root() -> Path:
+    return tandem_cache_dir() / "hub" / "installed"
+
+
+def _marker_stem(repo: str, subfolder: str | None) -> str:
+    return repo_folder(repo) + (f"--{subfolder}" if subfolder else "")
+
+
+def _marker_path(repo: str, subfolder: str | None, revision: str, precision: str | None = None) -> Path:
+    # One marker per weight variant: a repo's Q4_K_M and Q8_0 files (or its fp16 and default
+    # safetensors) are installed side by side, and fetching one never unregisters the other.
+    variant = f"~{quote(precision, safe='')}" if precision else ""
+    name = _marker_stem(repo, subfolder) + variant + "@" + quote(revision, safe="")
+    root = _marker_root()
     return within(root, root / f"{name}.json")
+
+
+def _marker_paths(repo: str, subfolder: str | None, revision: str, precision: str | None) -> list[Path]:
+    """The markers that may hold ``precision`` (ANY_PRECISION: the default weights' first, then
+    every variant's, in name order)."""
+    if precision != ANY_PRECISION:
+        return [_marker_path(repo, subfolder, revision, precision)]
+    default = _marker_path(repo, subfolder, revision)
+    pattern = f"{_marker_stem(repo, subfolder)}~*@{quote(revision, safe='')}.json"
+    return [default, *sorted(_marker_root().glob(pattern))]
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -134,23 +159,27 @@ def _stamp(path: Path) -> tuple[int, int]:
 
 
 def write_marker(cache: Path, repo: str, revision: str, commit: str, subfolder: str | None,
-                 files: tuple[HubFile, ...], precision: str | None = None) -> None:
-    """Record a verified model. Call only after every file was checked."""
+                 files: tuple[HubFile, ...], precision: str | None = None, entry_file: str | None = None) -> None:
+    """Record a verified model. Call only after every file was checked. ``entry_file`` (a path
+    in the repo) names the file a load opens, for a single-file model such as a GGUF variant."""
     entries = []
     for f in files:
         size, mtime = _stamp(pointer_path(cache, repo, commit, f.path))
         entries.append({"path": f.path, "size": size, "mtime_ns": mtime, "sha256": f.sha256, "git_sha1": f.git_sha1})
-    marker = _marker_path(repo, subfolder, revision)
+    if entry_file is not None and entry_file not in {f.path for f in files}:
+        raise ValueError(f"{repo}: the entry file {entry_file} is not one of the model's files")
+    marker = _marker_path(repo, subfolder, revision, precision)
     marker.parent.mkdir(parents=True, exist_ok=True)
     data = {"version": MARKER_VERSION, "repo": repo, "revision": revision, "commit": commit,
-            "subfolder": subfolder, "precision": precision, "cache": str(cache), "files": entries}
+            "subfolder": subfolder, "precision": precision, "cache": str(cache), "files": entries,
+            "entry_file": entry_file}
     tmp = marker.with_name(marker.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, marker)
 
 
-def forget(repo: str, subfolder: str | None = None, revision: str = "main") -> None:
-    _marker_path(repo, subfolder, revision).unlink(missing_ok=True)
+def forget(repo: str, subfolder: str | None = None, revision: str = "main", precision: str | None = None) -> None:
+    _marker_path(repo, subfolder, revision, precision).unlink(missing_ok=True)
 
 
 def read_installed(repo: str, subfolder: str | None = None, revision: str = "main",
@@ -158,15 +187,18 @@ def read_installed(repo: str, subfolder: str | None = None, revision: str = "mai
     """The verified model for (repo, subfolder, revision) in the current Hub cache, or None if
     it was never verified or any of its files is missing or changed since. ``precision``
     (a weight variant, None for the default weights) must match unless left at ANY_PRECISION."""
-    try:
-        return _read_marker(repo, subfolder, revision, precision)
-    except UnsafeName as exc:  # a marker edited by hand, or written before names were checked
-        log.warning("%s: ignoring its installed marker: %s", repo, exc)
-        return None
+    for marker in _marker_paths(repo, subfolder, revision, precision):
+        try:
+            found = _read_marker(marker, repo, subfolder, precision)
+        except UnsafeName as exc:  # a marker edited by hand, or written before names were checked
+            log.warning("%s: ignoring its installed marker: %s", repo, exc)
+            found = None
+        if found is not None:
+            return found
+    return None
 
 
-def _read_marker(repo: str, subfolder: str | None, revision: str, precision: str | None) -> InstalledModel | None:
-    marker = _marker_path(repo, subfolder, revision)
+def _read_marker(marker: Path, repo: str, subfolder: str | None, precision: str | None) -> InstalledModel | None:
     try:
         data = json.loads(marker.read_text())
     except (OSError, ValueError):
@@ -187,13 +219,19 @@ def _read_marker(repo: str, subfolder: str | None, revision: str, precision: str
             log.info("%s: %s changed since it was verified", repo, entry["path"])
             return None
         files.append(HubFile(entry["path"], entry["size"], entry["sha256"], entry["git_sha1"]))
-    return InstalledModel(repo, data["revision"], commit, subfolder,
-                          snapshot_dir(cache, repo, commit, subfolder), tuple(files), data.get("precision"))
+    entry_file = data.get("entry_file")
+    if entry_file is not None and entry_file not in {f.path for f in files}:
+        return None
+    path = pointer_path(cache, repo, commit, entry_file) if entry_file else snapshot_dir(cache, repo, commit, subfolder)
+    return InstalledModel(repo, data["revision"], commit, subfolder, path, tuple(files), data.get("precision"), entry_file)
 
 
-def is_installed(repo: str, revision: str = "main", subfolder: str | None = None) -> Path | None:
-    """The folder of a complete, verified download of ``repo`` (local check only), else None."""
-    found = read_installed(repo, subfolder, revision)
+def is_installed(repo: str, revision: str = "main", subfolder: str | None = None,
+                 precision: str | None = ANY_PRECISION) -> Path | None:
+    """What a load takes (the folder, or a GGUF variant's file) of a complete, verified download
+    of ``repo`` (local check only), else None. ``precision``: a weight variant (e.g. "Q4_K_M"),
+    None for the default weights; left out, any (the default weights first)."""
+    found = read_installed(repo, subfolder, revision, precision)
     return found.path if found else None
 
 

@@ -31,11 +31,13 @@ from engine.hub.events import (
     DownloadEvent,
     DownloadFailed,
     DownloadFinished,
+    DownloadNotice,
     DownloadProgress,
     DownloadStarted,
     FailureKind,
 )
 from engine.hub.files import HubFile
+from engine.hub.gguf_plan import plan_gguf_download, plan_variant_download
 from engine.hub.plan import (
     DownloadPlan,
     HubError,
@@ -53,9 +55,9 @@ from engine.hub.transfer import (
 )
 
 __all__ = [
-    "DownloadEvent", "DownloadFailed", "DownloadFinished", "DownloadPlan", "DownloadProgress",
+    "DownloadEvent", "DownloadFailed", "DownloadFinished", "DownloadNotice", "DownloadPlan", "DownloadProgress",
     "DownloadStarted", "FailureKind", "HubError", "RepoDownload", "download", "download_events",
-    "fetch_events", "is_installed", "plan_download",
+    "fetch_events", "is_installed", "plan_download", "plan_for", "plan_gguf_download", "plan_variant_download",
 ]
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,8 @@ def _check_vocab(plan: DownloadPlan) -> bool | None:
     d = plan.drafter
     if d is None or d.repo == plan.target.repo:
         return None  # no drafter, or one stored in the target's own repo
+    if d.entry_file or plan.target.entry_file:
+        return None  # GGUF files carry their tokenizer inside: Session.load compares them
     check = vocab_match.compare(plan.target.path(plan.cache), d.path(plan.cache), plan.target.repo, d.repo)
     if check.same:
         return True
@@ -98,8 +102,9 @@ def _fetch_all(plan: DownloadPlan, t: Transfer) -> bool | None:
         _ensure(t, u, f)
     for u in todo:
         hub_cache.write_ref(plan.cache, u.repo, u.revision, u.commit)
-        hub_cache.write_marker(plan.cache, u.repo, u.revision, u.commit, u.subfolder, u.files, u.precision)
-    if plan.drafter is not None:
+        hub_cache.write_marker(plan.cache, u.repo, u.revision, u.commit, u.subfolder, u.files, u.precision,
+                               u.entry_file)
+    if plan.drafter is not None and plan.drafter.entry_file is None:  # a GGUF pair comes from the catalog
         hub_cache.remember_pair(plan.target.repo, plan.drafter.repo, plan.drafter.subfolder, plan.drafter_kind or "draft_model")
     return same
 
@@ -149,7 +154,7 @@ def download_events(plan: DownloadPlan, cancel: threading.Event, *,
     free = free_bytes(plan.cache)
     if missing > 0 and missing + DISK_HEADROOM > free:
         yield DownloadFailed(
-            f"Not enough disk space to download {plan.target.repo}: {_size(missing)} more is needed in"
+            f"Not enough disk space to download {_label(plan.target)}: {_size(missing)} more is needed in"
             f" {plan.cache} (plus {_size(DISK_HEADROOM)} to spare) but only {_size(free)} is free."
             " Free some space, or set HF_HOME to a folder on a larger disk.", "disk_full")
         return
@@ -167,10 +172,13 @@ def download_events(plan: DownloadPlan, cancel: threading.Event, *,
 
     worker = threading.Thread(target=work, name="tandem-hub-download", daemon=True)
     worker.start()
-    meter, last = _RateMeter(), 0.0
+    meter, last, told = _RateMeter(), 0.0, 0
     try:
         while worker.is_alive():
             worker.join(POLL_S)
+            while told < len(progress.notices):
+                told += 1
+                yield DownloadNotice(progress.notices[told - 1])
             if cancel.is_set() and worker.is_alive():
                 stop.set()
                 worker.join(CANCEL_GRACE_S)
@@ -184,14 +192,16 @@ def download_events(plan: DownloadPlan, cancel: threading.Event, *,
                 yield _progress(plan, progress, meter.rate(now, progress.received))
     finally:
         stop.set()  # also when the consumer stops iterating early: let the worker wind down
+    for message in progress.notices[told:]:
+        yield DownloadNotice(message)
     error = outcome.get("error")
     if isinstance(error, HubError):
         yield DownloadFailed(str(error), error.kind)
         return
     yield DownloadProgress(plan.total_bytes, plan.total_bytes, meter.rate(time.monotonic(), progress.received), 0.0, "")
     yield DownloadFinished(
-        target_path=plan.target.path(plan.cache),
-        drafter_path=plan.drafter.path(plan.cache) if plan.drafter else None,
+        target_path=plan.target.load_path(plan.cache),
+        drafter_path=plan.drafter.load_path(plan.cache) if plan.drafter else None,
         drafter_kind=plan.drafter_kind,
         same_tokenizer=outcome.get("same_tokenizer"),
         bytes_downloaded=progress.received,
@@ -199,11 +209,25 @@ def download_events(plan: DownloadPlan, cancel: threading.Event, *,
     )
 
 
+def plan_for(repo_or_id: str, variant: str | None = None, **plan_options) -> DownloadPlan:
+    """``plan_download`` (a model folder), or with ``variant`` (a GGUF quantization the catalog
+    lists for ``repo_or_id``, e.g. "Q4_K_M") ``plan_variant_download``: that file and its
+    drafter's GGUF file only."""
+    if variant is None:
+        return plan_download(repo_or_id, **plan_options)
+    folder_only = sorted(k for k in ("precision", "drafter_repo", "cross_tokenizer") if plan_options.get(k))
+    if folder_only:
+        raise HubError(f"{', '.join(folder_only)} apply to safetensors downloads, not to the GGUF variant {variant}",
+                       "not_found")
+    return plan_variant_download(repo_or_id, variant, plan_options.get("drafter", True),
+                                 revision=plan_options.get("revision", "main"), token=plan_options.get("token"))
+
+
 def fetch_events(repo_or_id: str, cancel: threading.Event, **plan_options) -> Iterator[DownloadEvent]:
-    """``plan_download`` then ``download_events`` as one generator: planning errors come out as
+    """``plan_for`` then ``download_events`` as one generator: planning errors come out as
     ``DownloadFailed`` too (the shape the Qt worker wants)."""
     try:
-        plan = plan_download(repo_or_id, **plan_options)
+        plan = plan_for(repo_or_id, **plan_options)
     except HubError as exc:
         yield DownloadFailed(str(exc), exc.kind)
         return
@@ -212,11 +236,11 @@ def fetch_events(repo_or_id: str, cancel: threading.Event, **plan_options) -> It
 
 def download(repo_or_id: str, *, drafter: bool = True, precision: str | None = None, drafter_repo: str | None = None,
              cross_tokenizer: bool = False, revision: str = "main", token: str | bool | None = None,
-             cancel: threading.Event | None = None,
+             variant: str | None = None, cancel: threading.Event | None = None,
              on_event: Callable[[DownloadEvent], None] | None = None) -> DownloadFinished:
     """Blocking form: returns the ``DownloadFinished`` event or raises ``HubError``."""
-    plan = plan_download(repo_or_id, drafter, precision, drafter_repo=drafter_repo,
-                         cross_tokenizer=cross_tokenizer, revision=revision, token=token)
+    plan = plan_for(repo_or_id, variant, drafter=drafter, precision=precision, drafter_repo=drafter_repo,
+                    cross_tokenizer=cross_tokenizer, revision=revision, token=token)
     for event in download_events(plan, cancel or threading.Event()):
         if on_event is not None:
             on_event(event)
@@ -225,6 +249,10 @@ def download(repo_or_id: str, *, drafter: bool = True, precision: str | None = N
         if isinstance(event, DownloadFinished):
             return event
     raise RuntimeError("download_events ended without a result")  # pragma: no cover
+
+
+def _label(u: RepoDownload) -> str:
+    return f"{u.repo} ({u.precision} GGUF)" if u.entry_file else u.repo
 
 
 def _size(n: float) -> str:

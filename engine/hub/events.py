@@ -2,7 +2,8 @@
 each one as a ``Signal(object)``).
 
 A download yields exactly one ``DownloadStarted`` (unless it fails before), any number of
-``DownloadProgress`` (at most a few per second), and ends with ``DownloadFinished`` or
+``DownloadProgress`` (at most a few per second) and ``DownloadNotice`` (something went wrong
+and was repaired: worth telling the user), and ends with ``DownloadFinished`` or
 ``DownloadFailed``.
 """
 from __future__ import annotations
@@ -51,10 +52,20 @@ class DownloadProgress:
 
 
 @dataclass(frozen=True)
+class DownloadNotice:
+    """A problem the download repaired by itself, e.g. a file whose bytes did not match the
+    Hub's sha256 was deleted and is fetched again."""
+
+    message: str
+
+
+@dataclass(frozen=True)
 class DownloadFinished:
-    """Both folders are complete and verified. ``same_tokenizer`` is False only for a drafter
-    fetched with ``cross_tokenizer=True`` whose vocabulary differs; None when there is no
-    separate drafter to compare."""
+    """Both models are complete and verified. The paths are what ``Session.load`` takes: model
+    folders, or for a GGUF variant its .gguf file (the first part of a split one).
+    ``same_tokenizer`` is False only for a drafter fetched with ``cross_tokenizer=True`` whose
+    vocabulary differs; None when there is no separate drafter to compare, or for GGUF files
+    (whose tokenizers the load compares: a mismatched drafter is refused there)."""
 
     target_path: Path
     drafter_path: Path | None
@@ -70,4 +81,4 @@ class DownloadFailed:
     kind: FailureKind
 
 
-DownloadEvent = DownloadStarted | DownloadProgress | DownloadFinished | DownloadFailed
+DownloadEvent = DownloadStarted | DownloadProgress | DownloadNotice | DownloadFinished | DownloadFailed

@@ -52,8 +52,10 @@ class HubError(Exception):
 
 @dataclass(frozen=True)
 class RepoDownload:
-    """One model folder to fetch: ``repo`` at ``commit`` (what ``revision`` resolved to), the
-    whole repo root or one ``subfolder`` (a drafter stored inside its target's repo)."""
+    """One model to fetch: ``repo`` at ``commit`` (what ``revision`` resolved to), the whole
+    repo root or one ``subfolder`` (a drafter stored inside its target's repo). A single-file
+    model (a GGUF variant: one file, or the parts of a split one) names the file a load opens
+    in ``entry_file``, and its quantization in ``precision``."""
 
     repo: str
     revision: str
@@ -62,6 +64,7 @@ class RepoDownload:
     files: tuple[HubFile, ...]
     precision: str | None = None
     installed: bool = False
+    entry_file: str | None = None
 
     @property
     def size(self) -> int:
@@ -69,6 +72,12 @@ class RepoDownload:
 
     def path(self, cache: Path) -> Path:
         return snapshot_dir(cache, self.repo, self.commit, self.subfolder)
+
+    def load_path(self, cache: Path) -> Path:
+        """What ``Session.load`` takes: the folder, or the entry file of a single-file model."""
+        if self.entry_file is None:
+            return self.path(cache)
+        return hub_cache.pointer_path(cache, self.repo, self.commit, self.entry_file)
 
 
 @dataclass(frozen=True)
@@ -203,7 +212,7 @@ def _offline_message(repo: str) -> str:
             " Unset HF_HUB_OFFLINE and connect to fetch it; models already downloaded still work.")
 
 
-def _catalog_entry(repo_or_id: str):
+def catalog_entry(repo_or_id: str):
     """The catalog entry for an id or repo, or None (also when the catalog is absent)."""
     try:
         from engine.models import catalog
@@ -222,7 +231,7 @@ def _norm_precision(precision: str | None) -> str | None:
 
 # --- planning -------------------------------------------------------------------------------------
 
-class _Planner:
+class Planner:
     """Remote look-ups for one plan, each repo's listing fetched at most once."""
 
     def __init__(self, endpoint: str, cache: Path, token: str | bool | None) -> None:
@@ -250,7 +259,7 @@ class _Planner:
         except RepositoryNotFoundError:
             return False
 
-    def _check_access(self, repo: str, commit: str, first: HubFile) -> None:
+    def check_access(self, repo: str, commit: str, first: HubFile) -> None:
         """Gated repos publish their listing to everyone; a HEAD on one file tells whether we
         may download, before the user watches a progress bar fail."""
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
@@ -258,7 +267,7 @@ class _Planner:
         get_hf_file_metadata(hf_hub_url(repo, first.path, revision=commit, endpoint=self.endpoint),
                              token=self.token, timeout=METADATA_TIMEOUT_S, endpoint=self.endpoint)
 
-    def _fill_sizes(self, repo: str, commit: str, files: tuple[HubFile, ...]) -> tuple[HubFile, ...]:
+    def fill_sizes(self, repo: str, commit: str, files: tuple[HubFile, ...]) -> tuple[HubFile, ...]:
         """Mirrors that list files without blob metadata: ask each file's size with a HEAD."""
         from huggingface_hub import get_hf_file_metadata, hf_hub_url
 
@@ -277,13 +286,13 @@ class _Planner:
         if found is not None:
             return RepoDownload(repo, revision, found.commit, subfolder, found.files, precision, installed=True)
         commit, listing, gated = self.listing(repo, revision)
-        files = self._fill_sizes(repo, commit, select_files(listing, subfolder, precision))
+        files = self.fill_sizes(repo, commit, select_files(listing, subfolder, precision))
         if gated:
-            self._check_access(repo, commit, files[0])
+            self.check_access(repo, commit, files[0])
         return RepoDownload(repo, revision, commit, subfolder, files, precision)
 
 
-def _choose_drafter(planner: _Planner, target: RepoDownload, entry, drafter_repo: str | None
+def _choose_drafter(planner: Planner, target: RepoDownload, entry, drafter_repo: str | None
                     ) -> tuple[str | None, str | None, str | None, str]:
     """(drafter repo, subfolder, kind, source); repo None means nothing to fetch."""
     if drafter_repo:
@@ -307,7 +316,7 @@ def _choose_drafter(planner: _Planner, target: RepoDownload, entry, drafter_repo
         return None, None, kind, "none"
 
 
-def _discover_drafter(planner: _Planner, target: RepoDownload, kind: str | None
+def _discover_drafter(planner: Planner, target: RepoDownload, kind: str | None
                       ) -> tuple[str | None, str | None, str | None, str]:
     """By convention: a drafter folder inside the repo, else an ``<repo>-assistant`` repo.
     A catalog "mtp" entry without a drafter repo only looks inside (else the heads are built in)."""
@@ -331,10 +340,10 @@ def plan_download(repo_or_id: str, drafter: bool = True, precision: str | None =
     for a GGUF-only repo, a quantization name such as "Q4_K_M". ``drafter_repo`` overrides the
     pairing. ``token`` as in huggingface_hub (None: the stored login). Raises ``HubError``."""
     endpoint, cache = hub_endpoint(), hub_cache_dir()
-    entry = _catalog_entry(repo_or_id)
+    entry = catalog_entry(repo_or_id)
     target_repo = entry.target_repo if entry is not None else repo_or_id
     precision = _norm_precision(precision)
-    planner = _Planner(endpoint, cache, token)
+    planner = Planner(endpoint, cache, token)
     current = target_repo
     try:
         revision = checked_revision(revision, target_repo)  # it names refs/<revision>: checked before anything

@@ -9,6 +9,8 @@ and stream ourselves into ``blobs/<etag>.incomplete``, which survives a crash or
 continued with an HTTP Range request. The bytes are hashed as they arrive and compared with the
 sha256 (LFS files) or git blob id (regular files) that the Hub publishes; only a file that
 matches is renamed to its final blob name, so nothing half-written is ever visible as a file.
+A body that does not match is deleted and fetched once more from its first byte (a copy spoiled
+on the way is then repaired in the same run); a second mismatch fails the file.
 
 The server is not trusted further than the hashes: an ETag must be a hash before it names a
 blob (``engine.hub.safe_names``), a body is never written past the size the listing declared
@@ -53,6 +55,7 @@ HASH_BLOCK = 4 << 20
 METADATA_TIMEOUT_S = 10.0  # HEAD / model info: fail fast when the Hub is unreachable
 READ_TIMEOUT_S = 20.0      # a stalled body read counts as a network error and is retried
 RETRIES = 3                # per file, each resuming from the bytes already on disk
+REFETCHES = 1              # per file: a body whose hash is wrong is fetched again from scratch this often
 
 
 class Stopped(Exception):
@@ -85,6 +88,7 @@ class Progress:
     done: int = 0
     received: int = 0
     current: str = ""
+    notices: list[str] = field(default_factory=list)  # things the user should hear of, in order (append only)
 
 
 @dataclass
@@ -123,6 +127,12 @@ class Transfer:
     stop: threading.Event
     progress: Progress = field(default_factory=Progress)
     retries: int = field(default_factory=lambda: RETRIES)  # read when made, so a test may lower it
+    refetches: int = field(default_factory=lambda: REFETCHES)
+
+    def notify(self, message: str) -> None:
+        """Log ``message`` and pass it on to whoever watches the download (DownloadNotice)."""
+        log.warning("%s", message)
+        self.progress.notices.append(message)
 
 
 def expected_digest(f: HubFile) -> str | None:
@@ -217,7 +227,8 @@ def ensure_file(t: Transfer, repo: str, commit: str, f: HubFile) -> Path:
                 link_pointer(blob, pointer)
                 count.set(f.size)
                 return pointer
-            log.warning("%s/%s: cached copy does not match its hash; fetching it again", repo, f.path)
+            t.notify(f"{repo}/{f.path}: the copy on disk does not match the {_hash_name(f)} the Hub published;"
+                     " deleted it and fetching the file again")
             blob.unlink()
             count.set(0)
     return _download(t, repo, commit, f, pointer, count)
@@ -248,16 +259,7 @@ def _download(t: Transfer, repo: str, commit: str, f: HubFile, pointer: Path, co
     with _locked(lock_path(t.cache, repo, etag), t.stop):
         if not blob.exists():  # another process may have finished it while we waited
             blob.parent.mkdir(parents=True, exist_ok=True)
-            digest = _stream_with_retries(t, location, headers, partial, f, count, f"{repo}/{f.path}")
-            if not _matches(digest, f):
-                partial.unlink(missing_ok=True)
-                count.set(0)
-                got = digest.hasher.hexdigest()[:12] if digest.hasher else "?"
-                raise IntegrityError(
-                    f"{repo}/{f.path} is corrupted: got {digest.length:,} bytes with hash {got}…, the Hub"
-                    f" published {f.size:,} bytes with hash {(expected_digest(f) or '?')[:12]}…."
-                    " The bad copy was deleted; downloading again fetches it afresh."
-                )
+            _fetch_verified(t, location, headers, partial, f, count, f"{repo}/{f.path}")
             os.replace(partial, blob)
             mark_blob_verified(t.cache, repo, etag)
         elif not blob_verified(t.cache, repo, etag):
@@ -269,6 +271,32 @@ def _download(t: Transfer, repo: str, commit: str, f: HubFile, pointer: Path, co
         link_pointer(blob, pointer)
     count.set(f.size)
     return pointer
+
+
+def _hash_name(f: HubFile) -> str:
+    return "sha256" if f.sha256 else "git blob id" if f.git_sha1 else "size"
+
+
+def _fetch_verified(t: Transfer, url: str, headers: dict, partial: Path, f: HubFile, count: _FileCount,
+                    label: str) -> None:
+    """Stream ``f`` into ``partial`` until its bytes match the published size and hash; a
+    mismatching copy is deleted (never renamed to its blob name) and fetched again from byte 0,
+    ``t.refetches`` times, then the file fails."""
+    for attempt in range(t.refetches + 1):
+        digest = _stream_with_retries(t, url, headers, partial, f, count, label)
+        if _matches(digest, f):
+            return
+        partial.unlink(missing_ok=True)
+        count.set(0)
+        got = digest.hasher.hexdigest()[:12] if digest.hasher else "?"
+        what = (f"got {digest.length:,} bytes with {_hash_name(f)} {got}…, the Hub published {f.size:,} bytes"
+                f" with {_hash_name(f)} {(expected_digest(f) or '?')[:12]}…")
+        if attempt < t.refetches:
+            t.notify(f"{label}: the downloaded copy is corrupted ({what}); deleted it and fetching the file again")
+            continue
+        raise IntegrityError(
+            f"{label} is corrupted: {what} (fetched {'once' if attempt == 0 else f'{attempt + 1} times'})."
+            " The bad copy was deleted; downloading again fetches it afresh.")
 
 
 def _stream_with_retries(t: Transfer, url: str, headers: dict, partial: Path, f: HubFile, count: _FileCount,

@@ -135,7 +135,7 @@ def handler_for(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
 
         def _body(self, f: ServedFile, headers: dict[str, str], head: bool, kind: str, repo_id: str) -> None:
             data = f.data
-            if f.sha256 in hub.corrupt:
+            if not head and hub._take_corrupt(f.sha256):
                 middle = len(data) // 2
                 data = data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1:]
             start, end, status = 0, len(data) - 1, 200

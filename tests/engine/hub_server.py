@@ -13,7 +13,10 @@ It implements what huggingface_hub (2.4) calls when it lists and downloads a mod
 * ``GET /cdn/{sha256}`` -- the bytes, with ``Range`` support (206 + ``Content-Range``).
 
 Knobs for failure tests: a bandwidth limit, dropping the connection once after N bytes of a
-file, serving corrupted bytes, a token required by gated repos. Every request is logged
+file, serving corrupted bytes (always, or for the next body only), a token required by gated
+repos. GGUF files (one file, or the ``-0000N-of-0000M.gguf`` parts of a split one) are LFS
+files like safetensors: a repo of GGUF files alone, without config.json, is served as the Hub
+serves the GGUF repos (``add_repo(repo, extra={...})``). Every request is logged
 (method, path, Range, status, bytes sent).
 
 Hostile or broken modes (a mirror or a man in the middle must not be able to harm the client):
@@ -97,6 +100,7 @@ class FakeHub:
     rate_bps: float | None = None                     # bandwidth limit for file bodies
     drop_once: dict[str, int] = field(default_factory=dict)  # sha256 -> drop the connection after N bytes, once
     corrupt: set[str] = field(default_factory=set)    # sha256 of files served with one byte flipped
+    corrupt_once: set[str] = field(default_factory=set)  # ...for their next body only
     repos: dict[str, ServedRepo] = field(default_factory=dict)
     log: list[Logged] = field(default_factory=list)
     # --- hostile or broken modes ---
@@ -118,10 +122,11 @@ class FakeHub:
 
     # --- content ---------------------------------------------------------------------------
 
-    def add_repo(self, repo_id: str, folder: Path, gated: bool = False, extra: dict[str, bytes] | None = None) -> ServedRepo:
+    def add_repo(self, repo_id: str, folder: Path | None = None, gated: bool = False,
+                 extra: dict[str, bytes] | None = None) -> ServedRepo:
         """Serve every file under ``folder`` (plus ``extra`` path -> bytes) as repo ``repo_id``."""
         files = {}
-        for p in sorted(Path(folder).rglob("*")):
+        for p in sorted(Path(folder).rglob("*") if folder is not None else ()):
             if p.is_file():
                 rel = p.relative_to(folder).as_posix()
                 files[rel] = ServedFile(rel, p.read_bytes(), rel.endswith(LFS_SUFFIXES))
@@ -137,8 +142,15 @@ class FakeHub:
     def file(self, repo_id: str, path: str) -> ServedFile:
         return self.repos[repo_id].files[path]
 
-    def corrupt_file(self, repo_id: str, path: str) -> None:
-        self.corrupt.add(self.file(repo_id, path).sha256)
+    def corrupt_file(self, repo_id: str, path: str, once: bool = False) -> None:
+        (self.corrupt_once if once else self.corrupt).add(self.file(repo_id, path).sha256)
+
+    def _take_corrupt(self, sha: str) -> bool:
+        with self._lock:
+            if sha in self.corrupt_once:
+                self.corrupt_once.discard(sha)
+                return True
+            return sha in self.corrupt
 
     def drop_file_once(self, repo_id: str, path: str, after_bytes: int) -> None:
         self.drop_once[self.file(repo_id, path).sha256] = after_bytes
