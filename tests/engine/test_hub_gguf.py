@@ -325,3 +325,23 @@ def test_transfers_show_progress_for_a_variant(hub):
     assert [p.bytes_done for p in progress] == sorted(p.bytes_done for p in progress)
     assert any(p.current_file.startswith(f"{REPO}/tiny-Q8_0-") for p in progress)
     assert isinstance(events[-1], DownloadFinished)
+
+
+# --- which files a variant means (no server) ------------------------------------------------------
+
+def test_a_split_set_in_a_folder_is_completed_and_a_mixed_one_refused():
+    from engine.hub.files import HubFile
+    from engine.hub.gguf_plan import split_part_names, variant_files
+
+    folder = "Big-Q8_0/Big-Q8_0-{:05d}-of-00003.gguf"
+    listing = [HubFile(folder.format(i), 10 * i, sha256=f"{i:064x}") for i in (3, 1, 2)] + [HubFile("Big-Q4_K_M.gguf", 7)]
+    assert split_part_names(folder.format(2)) == tuple(folder.format(i) for i in (1, 2, 3))
+    assert split_part_names("Big-Q4_K_M.gguf") == ("Big-Q4_K_M.gguf",)
+
+    picked = variant_files(GgufSource("Q8_0", "org/big", (folder.format(1),), 60), listing)
+    assert [f.path for f in picked] == [folder.format(i) for i in (1, 2, 3)]
+
+    with pytest.raises(HubError, match=r"Big-Q8_0-00003-of-00003\.gguf.*its GGUF files are: Big-Q4_K_M\.gguf"):
+        variant_files(GgufSource("Q8_0", "org/big", (folder.format(1),)), listing[1:])  # a part is missing
+    with pytest.raises(HubError, match="several models"):
+        variant_files(GgufSource("Q8_0", "org/big", (folder.format(1), "Big-Q4_K_M.gguf")), listing)
