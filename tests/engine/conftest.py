@@ -7,6 +7,9 @@ from tests.engine.hub_server import FakeHub
 
 TARGET, DRAFTER, OTHER_VOCAB = "org/tiny", "org/tiny-drafter", "other/tiny-vocab300"
 WEIGHTS = "model.safetensors"
+# GGUF files for the variant downloads (gguf_files): a target in two quantizations, one split.
+SINGLE, DRAFT, DRAFT_Q8 = "tiny-Q4_0.gguf", "tiny-drafter-Q4_0.gguf", "tiny-drafter-Q8_0.gguf"
+SPLIT_PARTS = 4
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +24,26 @@ def model_dirs(tmp_path_factory):
     build_model(len(tok), hidden=32, layers=1, seed=3).save_pretrained(other)
     tok.save_pretrained(other)
     return {"target": target, "drafter": drafter, "other": other}
+
+
+@pytest.fixture(scope="session")
+def gguf_files(tmp_path_factory) -> dict[str, bytes]:
+    """Repo path -> bytes: a Q4_0 target, the same target as Q8_0 in 4 parts, a Q8_0 drafter
+    (the target's weights, perturbed: it agrees often, not always) and a Q4_0 drafter."""
+    from engine.testing.tiny_gguf import build_model, write_gguf
+    from engine.testing.tiny_models import build_tokenizer, perturbed_copy
+
+    folder = tmp_path_factory.mktemp("gguf-repos")
+    tokenizer = build_tokenizer()
+    target = build_model("qwen2", len(tokenizer), layers=2)
+    drafter = perturbed_copy(target, 0.005, seed=7)  # agrees with the target often, not always
+    write_gguf(target, tokenizer, folder / SINGLE, "Q4_0")
+    write_gguf(target, tokenizer, folder / "tiny-Q8_0.gguf", "Q8_0", split_max_tensors=8)
+    write_gguf(drafter, tokenizer, folder / DRAFT_Q8, "Q8_0")
+    write_gguf(drafter, tokenizer, folder / DRAFT, "Q4_0")
+    files = {p.name: p.read_bytes() for p in folder.iterdir()}
+    assert sum(n.startswith("tiny-Q8_0-") for n in files) == SPLIT_PARTS
+    return files
 
 
 @pytest.fixture

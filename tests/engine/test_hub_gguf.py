@@ -33,9 +33,14 @@ from engine.hub.gguf_plan import GgufSource, plan_gguf_download, plan_variant_do
 from tests.engine.hub_server import FakeHub
 
 pytestmark = pytest.mark.timeout(60)
+from tests.engine.conftest import (  # the served GGUF files (gguf_files)
+    DRAFT,
+    DRAFT_Q8,
+    SINGLE,
+    SPLIT_PARTS,
+)
+
 REPO, DRAFTER_REPO = "org/tiny-GGUF", "org/tiny-drafter-GGUF"
-SINGLE, DRAFT, DRAFT_Q8 = "tiny-Q4_0.gguf", "tiny-drafter-Q4_0.gguf", "tiny-drafter-Q8_0.gguf"
-SPLIT_PARTS = 4
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -47,38 +52,23 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-@pytest.fixture(scope="module")
-def gguf_files(tmp_path_factory) -> dict[str, bytes]:
-    """Repo path -> bytes: a Q4_0 target, the same target as Q8_0 in 4 parts, a Q8_0 drafter
-    (the target's weights, perturbed: it agrees often, not always) and a Q4_0 drafter."""
-    from engine.testing.tiny_gguf import build_model, write_gguf
-    from engine.testing.tiny_models import build_tokenizer, perturbed_copy
-
-    folder = tmp_path_factory.mktemp("gguf-repos")
-    tokenizer = build_tokenizer()
-    target = build_model("qwen2", len(tokenizer), layers=2)
-    drafter = perturbed_copy(target, 0.005, seed=7)
-    write_gguf(target, tokenizer, folder / SINGLE, "Q4_0")
-    write_gguf(target, tokenizer, folder / "tiny-Q8_0.gguf", "Q8_0", split_max_tensors=8)
-    write_gguf(drafter, tokenizer, folder / DRAFT_Q8, "Q8_0")
-    write_gguf(drafter, tokenizer, folder / DRAFT, "Q4_0")
-    files = {p.name: p.read_bytes() for p in folder.iterdir()}
-    assert sum(n.startswith("tiny-Q8_0-") for n in files) == SPLIT_PARTS
-    return files
-
-
 def split_part(i: int) -> str:
     return f"tiny-Q8_0-{i:05d}-of-{SPLIT_PARTS:05d}.gguf"
+
+
+def point_hf_at(tmp_path, monkeypatch) -> None:
+    """A fresh Hub cache in tmp_path, no token, not offline (HF_ENDPOINT is set by the caller)."""
+    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
+                "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
 
 
 @pytest.fixture
 def hub(gguf_files, tmp_path, monkeypatch):
     """The two GGUF repos (with a README, as real ones have), the environment pointing at them
     and at a fresh Hub cache, and a catalog entry listing their variants."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
-                "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "XDG_CACHE_HOME"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    point_hf_at(tmp_path, monkeypatch)
     target = {n: d for n, d in gguf_files.items() if not n.startswith("tiny-drafter")}
     drafter = {n: d for n, d in gguf_files.items() if n.startswith("tiny-drafter")}
     with FakeHub() as server:
