@@ -30,6 +30,7 @@ from engine.models.architecture import (  # noqa: F401  (re-exported: the catalo
     architecture_from_config,
     estimate_params,
 )
+from engine.models.variants import GgufVariant, VariantError, parse_variants
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,9 @@ DRAFTER_KINDS = ("draft_model", "assistant", "mtp", "lookup")
 PRECISION_BITS: dict[str, float] = {"fp32": 32, "bf16": 16, "fp16": 16, "int8": 8.5, "int4": 4.5}
 # The app's two modes (engine/core/settings.py): exact = fp32, fast = 16-bit.
 PRECISION_ALIASES = {"exact": "fp32", "fast": "bf16", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+# A GGUF file computing on its own quantization (engine.gguf): its bytes come from the file
+# (engine.models.variants), not from a bits-per-weight figure.
+FILE_PRECISION = "file"
 DEFAULT_PRECISIONS = ("bf16", "fp32", "int8", "int4")
 # Prompt lookup needs no model; its gain depends on how much the output repeats the prompt
 # (large for edits and rewrites, small for prose).
@@ -54,13 +58,17 @@ class CatalogError(ValueError):
 
 def canonical_precision(precision: str) -> str:
     name = PRECISION_ALIASES.get(precision.lower(), precision.lower())
-    if name not in PRECISION_BITS:
-        raise ValueError(f"unknown precision {precision!r}; choose from {', '.join([*PRECISION_BITS, 'exact', 'fast'])}")
+    if name not in PRECISION_BITS and name != FILE_PRECISION:
+        raise ValueError(f"unknown precision {precision!r}; choose from "
+                         f"{', '.join([*PRECISION_BITS, 'exact', 'fast', FILE_PRECISION])}")
     return name
 
 
 def weight_bytes(params: int, precision: str) -> int:
-    return math.ceil(params * PRECISION_BITS[canonical_precision(precision)] / 8)
+    name = canonical_precision(precision)
+    if name == FILE_PRECISION:
+        raise ValueError("precision 'file' has no bytes per parameter: a GGUF variant's size is its file's")
+    return math.ceil(params * PRECISION_BITS[name] / 8)
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,10 @@ class CatalogEntry:
     drafter_local: str | None = None
     download_bytes: int | None = None
     notes: tuple[str, ...] = field(default=(), compare=False)
+    #: The target's and the drafter's GGUF builds (engine.models.variants), smallest quant first;
+    #: () where none exists and the model runs from safetensors only.
+    variants: tuple[GgufVariant, ...] = ()
+    drafter_variants: tuple[GgufVariant, ...] = ()
 
     # The target's architecture facts, flat, for callers that only care about the target.
     @property
@@ -220,6 +232,11 @@ def _read(path: str) -> tuple[CatalogEntry, ...]:
         if drafter_repo and drafter is None:
             raise CatalogError(f"catalog {where}: drafter {drafter_repo!r} is not described under 'models'")
         low, high = _require(raw, "speedup_prior", where, list)
+        try:
+            variants = parse_variants(target.get("gguf"), f"model {target_repo}")
+            drafter_variants = parse_variants(drafter.get("gguf"), f"model {drafter_repo}") if drafter else ()
+        except VariantError as exc:
+            raise CatalogError(f"{where}: {exc}") from None
         notes = tuple(n for n in (raw.get("speedup_note"),) if n)
         entries.append(
             CatalogEntry(
@@ -243,6 +260,8 @@ def _read(path: str) -> tuple[CatalogEntry, ...]:
                 drafter_local=drafter.get("local_name") if drafter else None,
                 download_bytes=target.get("download_bytes"),
                 notes=notes,
+                variants=variants,
+                drafter_variants=drafter_variants,
             )
         )
     return tuple(entries)
