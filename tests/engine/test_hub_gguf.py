@@ -335,3 +335,20 @@ def test_a_split_set_in_a_folder_is_completed_and_a_mixed_one_refused():
         variant_files(GgufSource("Q8_0", "org/big", (folder.format(1),)), listing[1:])  # a part is missing
     with pytest.raises(HubError, match="several models"):
         variant_files(GgufSource("Q8_0", "org/big", (folder.format(1), "Big-Q4_K_M.gguf")), listing)
+
+
+def test_an_installed_marker_naming_a_file_outside_the_model_is_ignored(hub):
+    import json
+
+    from engine.hub import cache
+
+    done = download("tiny-gguf", variant="Q4_0", drafter=False)
+    assert is_installed(REPO) == done.target_path  # any precision: the one variant there is
+    marker = cache._marker_path(REPO, None, "main", "Q4_0")
+    data = json.loads(marker.read_text())
+    for entry_file, extra in (("tiny-Q9.gguf", False), ("../../../escape.gguf", True)):
+        edited = {**data, "entry_file": entry_file}
+        if extra:  # listed among its files too: the path itself is refused
+            edited["files"] = [*data["files"], {**data["files"][0], "path": entry_file}]
+        marker.write_text(json.dumps(edited))
+        assert read_installed(REPO, precision="Q4_0") is None and is_installed(REPO) is None
