@@ -9,6 +9,7 @@ import logging
 import sys
 
 from engine.cli import bench, download, fidelity, generate, models, remote, serve
+from engine.cli import import_model
 from engine.core.settings import InvalidRequest
 
 
@@ -21,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     fidelity.add_parser(sub)
     download.add_parser(sub)
     models.add_parser(sub)
+    import_model.add_parser(sub)
     serve.add_parser(sub)
     remote.add_remote_options(sub)  # --remote URL on compare and models
     return parser
