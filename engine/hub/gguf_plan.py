@@ -16,6 +16,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from engine.hub.cache import hub_cache_dir, read_installed
 from engine.hub.files import HubFile
@@ -29,6 +30,9 @@ from engine.hub.plan import (
     hub_error,
 )
 from engine.hub.safe_names import revision as checked_revision
+
+if TYPE_CHECKING:
+    from engine.models.variants import GgufVariant
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +64,7 @@ def split_part_names(path: str) -> tuple[str, ...]:
     return tuple(f"{prefix}{match['stem']}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1))
 
 
-def _missing(source, repo_files: Sequence[HubFile], names: Sequence[str]) -> HubError:
+def _missing(source: GgufVariant | GgufSource, repo_files: Sequence[HubFile], names: Sequence[str]) -> HubError:
     ggufs = sorted(f.path for f in repo_files if f.path.endswith(".gguf"))
     shown = ", ".join(ggufs[:SHOWN_FILES]) + (f" and {len(ggufs) - SHOWN_FILES} more" if len(ggufs) > SHOWN_FILES else "")
     return HubError(
@@ -68,7 +72,7 @@ def _missing(source, repo_files: Sequence[HubFile], names: Sequence[str]) -> Hub
         f" its GGUF files are: {shown or 'none'}. The catalog may be out of date with the repo.", "not_found")
 
 
-def variant_files(source, repo_files: Sequence[HubFile]) -> tuple[HubFile, ...]:
+def variant_files(source: GgufVariant | GgufSource, repo_files: Sequence[HubFile]) -> tuple[HubFile, ...]:
     """The listing's entries for ``source``'s files, split sets completed, in part order.
     Raises HubError("not_found") naming what is missing and what the repo has."""
     by_path = {f.path: f for f in repo_files}
@@ -98,7 +102,7 @@ def variant_files(source, repo_files: Sequence[HubFile]) -> tuple[HubFile, ...]:
     return files
 
 
-def _installed_unit(source, revision: str) -> RepoDownload | None:
+def _installed_unit(source: GgufVariant | GgufSource, revision: str) -> RepoDownload | None:
     found = read_installed(source.repo, None, revision, source.quant)
     if found is None or found.entry_file is None:
         return None
@@ -109,7 +113,7 @@ def _installed_unit(source, revision: str) -> RepoDownload | None:
                         entry_file=found.entry_file)
 
 
-def gguf_unit(planner: Planner, source, revision: str = "main") -> RepoDownload:
+def gguf_unit(planner: Planner, source: GgufVariant | GgufSource, revision: str = "main") -> RepoDownload:
     """The download of one variant: the installed copy when there is one (no network), else
     its files as the Hub lists them at the commit ``revision`` resolves to."""
     if not source.files:
@@ -124,8 +128,8 @@ def gguf_unit(planner: Planner, source, revision: str = "main") -> RepoDownload:
     return RepoDownload(source.repo, revision, commit, None, files, source.quant, entry_file=files[0].path)
 
 
-def plan_gguf_download(target, drafter=None, *, revision: str = "main", token: str | bool | None = None,
-                       ) -> DownloadPlan:
+def plan_gguf_download(target: GgufVariant | GgufSource, drafter: GgufVariant | GgufSource | None = None, *,
+                       revision: str = "main", token: str | bool | None = None) -> DownloadPlan:
     """What ``download_events`` fetches for GGUF variant ``target`` (at ``revision``) and its
     drafter's variant ``drafter`` (at main), or the target alone. Raises ``HubError``."""
     endpoint, cache = hub_endpoint(), hub_cache_dir()
