@@ -21,11 +21,12 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.backends import CpuBackends
+from kernels.backends import CpuBackends, package_api
 from kernels.gguf_linear import reference
 from kernels.gguf_linear.blocks import SUPPORTED_TYPES, T, check_raw, dequantize
 
-backends = CpuBackends("gguf_linear", reference, "gguf linear")
+backends = CpuBackends("gguf_linear", reference, "gguf linear", isa="gguf_isa")
+available_backends, active_backend, fast_backend, use_backend = package_api(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,37 +64,21 @@ def linear(x: torch.Tensor, w: GgufWeight, bias: torch.Tensor | None = None) -> 
     (or bf16) -> [..., N] in x's dtype."""
     if x.shape[-1] != w.k:
         raise ValueError(f"input width {x.shape[-1]} does not match the weight's {w.k}")
-    fast = backends.fast()
+    fast = fast_backend()
     if fast is not None and w.qtype in fast.TYPES:
         return fast.linear(x, w, bias)
     return reference.linear(x, w.raw, w.qtype, w.n, w.k, bias)
 
 
-def available_backends() -> list[str]:
-    return backends.available()
-
-
-def active_backend() -> str:
-    return backends.active_name()
-
-
-def use_backend(name: str) -> None:
-    backends.use(name)
-
-
 def fast_types() -> tuple[T, ...]:
     """The types the backend in use computes itself (the others run on the reference)."""
-    fast = backends.fast()
+    fast = fast_backend()
     return tuple(t for t in SUPPORTED_TYPES if fast is not None and t in fast.TYPES)
 
 
 def backend_detail() -> str:
     """" (AVX-512 VNNI)" where the compiled backend's tiles use it."""
-    if active_backend() != "cpu_avx2":
-        return ""
-    from kernels.gguf_linear import cpu_avx2
-
-    return " (AVX-512 VNNI)" if cpu_avx2.gguf_isa() == "avx512_vnni" else ""
+    return backends.detail()
 
 
 def backend_name() -> str:
@@ -102,4 +87,4 @@ def backend_name() -> str:
 
 
 __all__ = ["SUPPORTED_TYPES", "GgufWeight", "active_backend", "available_backends", "backend_detail", "backend_name",
-           "dequantize", "fast_types", "linear", "prepare", "use_backend"]
+           "dequantize", "fast_backend", "fast_types", "linear", "prepare", "use_backend"]

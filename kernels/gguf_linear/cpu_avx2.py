@@ -2,31 +2,17 @@
 use with torch's cpp_extension (cached in torch's extensions dir; the set-up builds it ahead)."""
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import torch
 
-from kernels.build import compile_avx2, cpu_supports_avx2
+from kernels.build import avx2_extension
 from kernels.gguf_linear.blocks import SUPPORTED_TYPES
 
 SOURCE = Path(__file__).with_name("gguf_linear_avx2.cpp")
-HEADERS = (*sorted(SOURCE.parent.glob("gguf_*.h")), *sorted(SOURCE.parent.glob("gguf_*.inc")),
-           SOURCE.parent.parent / "avx2_common.h")
 TYPES = frozenset(SUPPORTED_TYPES)  # the types these tiles compute (the others run on the reference)
-
-
-def available() -> bool:
-    if not cpu_supports_avx2():
-        return False
-    _module()
-    return True
-
-
-@functools.cache
-def _module():
-    # -ffp-contract=off: the contract rounds each fp32 product and sum on its own (reference.py).
-    return compile_avx2("tandem_gguf_linear_avx2", SOURCE, HEADERS, ("-mf16c", "-ffp-contract=off"))
+# -ffp-contract=off: the contract rounds each fp32 product and sum on its own (reference.py).
+available, _module = avx2_extension("tandem_gguf_linear_avx2", lambda: SOURCE, extra_cflags=("-mf16c", "-ffp-contract=off"))
 
 
 def linear(x: torch.Tensor, w, bias: torch.Tensor | None = None) -> torch.Tensor:

@@ -1,5 +1,5 @@
 // GGUF blocks x int8 inputs on AVX2: per type, the int32 lanes of one weight row's block against
-// a few input rows (gguf_tiles.inc sums them and does the fp32 steps). The products are
+// a few input rows (gguf_tiles.h sums them and does the fp32 steps). The products are
 // vpmaddubsw (unsigned codes x signed inputs, pairs to int16: at most 2 * 63 * 127, never
 // saturating) then vpmaddwd by the sub-block scale (K-quants) or by 1, so each lane is exact.
 #pragma once
@@ -188,6 +188,6 @@ struct Q80 : Legacy<34, 0, 0> {
   }
 };
 
-#include "gguf_tiles.inc"  // run, dispatch
+#include "gguf_tiles.h"  // run, dispatch
 
 }  // namespace tandem_gguf_avx2

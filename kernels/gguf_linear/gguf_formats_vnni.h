@@ -195,7 +195,7 @@ using Q80 = Legacy<34, 128, 0, Q80Codes>;  // codes w + 128 in 0..255
 using Q4K = QK<false>;
 using Q5K = QK<true>;
 
-#include "gguf_tiles.inc"  // run, dispatch
+#include "gguf_tiles.h"  // run, dispatch
 
 }  // namespace tandem_gguf_vnni
 
