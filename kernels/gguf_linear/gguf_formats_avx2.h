@@ -87,6 +87,9 @@ struct Q4K {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i acc[MR];
     for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_si256();
+    // Not unrolled: unrolled, the compiler decodes all four pairs ahead and spills the input
+    // rows' accumulators (16 registers), which made 9 rows cost 13x one row.
+#pragma GCC unroll 1
     for (int p = 0; p < 4; ++p) {
       const __m256i bytes = load256(blk + 16 + 32 * p);
       pair<MR>(_mm256_and_si256(bytes, m4), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), m4), scales, p, in, b * 256, m0, acc);
@@ -106,6 +109,7 @@ struct Q5K : Q4K {
     const __m256i high = load256(blk + 16);  // bit j of byte l: the fifth bit of sub-block j's value l
     __m256i acc[MR];
     for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_si256();
+#pragma GCC unroll 1  // as Q4K's
     for (int p = 0; p < 4; ++p) {
       const __m256i bytes = load256(blk + 48 + 32 * p);
       const __m256i hl = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(high, 2 * p), m1), 4);
