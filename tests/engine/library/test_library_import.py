@@ -131,3 +131,13 @@ def test_a_process_killed_midway_leaves_the_old_registry(ggufs, tmp_path):
     assert [m.path for m in list_local_models()] == [first]
     import_model(second)  # and the next write goes through
     assert [m.path for m in list_local_models()] == [first, second]
+
+
+def test_import_says_which_drafter_it_found(ggufs, tmp_path, capsys):
+    import_model(_copy(ggufs, "drafter", tmp_path / "d"))
+    assert cli_main(["import", str(_copy(ggufs, "target", tmp_path / "t"))]) == 0
+    out = capsys.readouterr().out
+    assert "  drafter: tiny-drafter-Q8_0 (imported; tiny-drafter-Q8_0 shares the vocabulary and is " in out
+    assert cli_main(["import", "--forget", str(tmp_path / "t" / ggufs["target"].name)]) == 0
+    assert [m.name for m in list_local_models()] == ["tiny-drafter-Q8_0"]
+    assert (tmp_path / "t" / ggufs["target"].name).exists()  # forgotten, not deleted
