@@ -110,3 +110,34 @@ def test_a_failure_later_in_the_bench_keeps_the_earlier_prompts_results(tmp_path
     assert row["id"] == "a" and row["plain"]["new_tokens"] > 0
     assert report["summary"]["plain_tok_per_s"] > 0
     assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]  # the atomic writes left nothing behind
+
+
+def test_the_bench_warms_up_untimed_before_its_first_timed_run(tmp_path):
+    """One plain and one speculative generation of the first prompt run before anything is timed,
+    and none of their tokens is counted: the first timed runs make exactly the tokens asked for."""
+    from engine.bench.suite import WARM_UP_TOKENS, run_bench
+    from engine.session.session import Session
+
+    target, drafter = save_pair(tmp_path)
+    session = Session.load(target, drafter, "fast", "cpu")
+    prompts = [{"id": "code-add", "category": "code", "prompt": "def add(a, b):"},
+               {"id": "code-sub", "category": "code", "prompt": "def sub(a, b):"}]
+    calls = []  # (kind, prompt ids, tokens asked), in the order the bench asked for them
+    for kind in ("plain", "speculative"):
+        real = getattr(session, kind)
+
+        def recorded(ids, settings, *rest, _kind=kind, _real=real):
+            calls.append((_kind, list(ids), settings.max_new_tokens))
+            return _real(ids, settings, *rest)
+
+        setattr(session, kind, recorded)
+    report = run_bench(session, prompts, 6, hf=False, agreement=False, progress=lambda _: None)
+    first = session.encode(prompts[0]["prompt"])
+    timed = [i for i, (_, _, n) in enumerate(calls) if n == 6]
+    warm = calls[:timed[0]]
+    assert ("plain", first, WARM_UP_TOKENS) in warm and ("speculative", first, WARM_UP_TOKENS) in warm
+    assert report["settings"]["warm_up"] == {**report["settings"]["warm_up"], "ran": True,
+                                             "plain_tokens": WARM_UP_TOKENS, "speculative_tokens": WARM_UP_TOKENS}
+    row = report["prompts"][0]
+    assert row["plain"]["new_tokens"] == row["speculative"]["new_tokens"] == 6  # no warm-up token counted
+    assert row["identical"]
