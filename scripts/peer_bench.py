@@ -46,6 +46,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=0, help="only the first N prompts")
     p.add_argument("--int4-target", help="converted target folder for the int4 reference (default: the default pair's)")
     p.add_argument("--no-int4", action="store_true", help="skip the int4 reference")
+    p.add_argument("--omp-wait-policy", choices=["passive", "active", "unset"], default="passive",
+                   help="OMP_WAIT_POLICY for both engines (both run on OpenMP threads): on a shared machine whose cores"
+                        " are oversubscribed, spin-waiting threads make a 2-thread decode several times slower")
     p.add_argument("--json", default="peer-llamacpp.json")
     model_options(p)
     p.set_defaults(precision="file", max_new_tokens=96)
@@ -182,6 +185,11 @@ def main(argv=None) -> int:
     except llamacpp.PeerMissing as exc:
         print(exc, file=sys.stderr)
         return 2
+    if args.omp_wait_policy != "unset":  # before torch starts its OpenMP threads
+        os.environ["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+        llamacpp.PEER_ENV["OMP_WAIT_POLICY"] = args.omp_wait_policy.upper()
+    else:
+        llamacpp.PEER_ENV.pop("OMP_WAIT_POLICY", None)
     import torch
 
     from engine.bench.suite import read_prompts, select_prompts
@@ -207,7 +215,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     record = {"what": "Tandem against llama.cpp on the same GGUF files, one run, alternating prompt by prompt",
               "cpu": cpu_model(), "threads": args.threads, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-              "draft_max": args.draft_max, "load_average_before": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "draft_max": args.draft_max, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average_before": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "notes": ["decode rates: Tandem's counts the tokens after the first over the time after it; llama-speculative-simple's"
                         " counts every generated token from the pass after the prompt's prefill; llama-bench's tg is decoding from an empty"
                         " context (-p 0 -n N)"]}

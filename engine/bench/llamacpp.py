@@ -36,7 +36,8 @@ then pass --llama-cpp /tmp/peer/build"""
 
 # llama.cpp's threads spin-wait between operations (its OpenMP build): on a shared machine whose
 # cores are oversubscribed, 2 threads then fall to ~1 tok/s (measured: 1.1 vs 8.2 tok/s with
-# passive waiting, the same run). Passive waiting is its best setting there, so the peer runs so.
+# passive waiting, the same run). Passive waiting is its best setting there, so the peer runs so
+# unless told otherwise (scripts/peer_bench.py --omp-wait-policy sets it for both engines).
 PEER_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 BENCH_NAME = "llama-bench"
