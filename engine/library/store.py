@@ -3,19 +3,29 @@
 Each write goes to a temporary file in the same folder, is flushed to disk, then renamed over
 the old one (``os.replace`` is atomic on POSIX and Windows): a reader, or the next start after
 a crash or a kill mid-write, sees either the old file or the new one, never half of either.
+A killed writer's temporary (its pid is in the name) is removed by a later write once it is
+surely abandoned (engine.core.scratch_files).
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
+
+from engine.core import scratch_files
+
+
+def _temporaries(path: Path) -> re.Pattern:
+    return re.compile(rf"\.{re.escape(path.name)}\.(?P<pid>\d+)\.\w+\.tmp")
 
 
 def write_json_atomic(path: Path, value) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    scratch_files.remove_stale(path.parent, _temporaries(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(value, f, indent=1)

@@ -122,15 +122,24 @@ def test_a_process_killed_midway_leaves_the_old_registry(ggufs, tmp_path):
     # (SIGKILL: no handler, no cleanup), right before the rename.
     script = ("import os, signal\n"
               "from engine.library import store\n"
-              "store.os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)\n"
+              "replace = os.replace\n"
+              "def killed(src, dst):\n"
+              "    if str(dst).endswith('library.json'):\n"
+              "        os.kill(os.getpid(), signal.SIGKILL)\n"
+              "    replace(src, dst)\n"
+              "store.os.replace = killed\n"
               "from engine.library import import_model\n"
               f"import_model({str(second)!r})\n")
     done = subprocess.run([sys.executable, "-c", script], check=False, env=os.environ.copy(), capture_output=True, timeout=60)
     assert done.returncode == -9, done.stderr.decode()
     assert registry_path().read_bytes() == before
     assert [m.path for m in list_local_models()] == [first]
-    import_model(second)  # and the next write goes through
+    [left] = [p for p in registry_path().parent.iterdir() if p.name.endswith(".tmp")]  # the dead writer's
+    assert [m["path"] for m in json.loads(left.read_text())["models"]] == [str(first), str(second)]
+    os.utime(left, (left.stat().st_atime - 60, left.stat().st_mtime - 60))
+    import_model(second)  # and the next write goes through, clearing the abandoned temporary
     assert [m.path for m in list_local_models()] == [first, second]
+    assert not left.exists()
 
 
 def test_import_says_which_drafter_it_found(ggufs, tmp_path, capsys):
