@@ -143,21 +143,24 @@ def measure(target: Path, drafter: Path | None, precision: str, context: int, ne
 
 
 def mapped_bytes_under(proc, folder: Path) -> int:
-    """Resident bytes of the memory-mapped files inside ``folder`` (0 where the OS can't say)."""
+    """Resident bytes of the memory-mapped files inside ``folder``, or of ``folder`` itself when
+    it is a file (a .gguf model); 0 where the OS can't say."""
     root = str(Path(folder).resolve())
+    inside = (lambda path: path == root) if Path(folder).is_file() else (lambda path: path.startswith(root + "/"))
     try:
         maps = proc.memory_maps(grouped=True)
     except (psutil.AccessDenied, NotImplementedError, AttributeError):
         return 0
-    return sum(m.rss for m in maps if str(Path(m.path).resolve()).startswith(root + "/"))
+    return sum(m.rss for m in maps if inside(str(Path(m.path).resolve())))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--target", help="model folder (default: the offline default pair's target)")
+    parser.add_argument("--target", help="model folder or .gguf file (default: the offline default pair's target)")
     parser.add_argument("--drafter", help="draft model folder (default: the default pair's drafter)")
     parser.add_argument("--no-drafter", action="store_true")
-    parser.add_argument("--precision", choices=["fast", "exact", "int8"], default="fast")
+    parser.add_argument("--precision", choices=["fast", "exact", "int8", "file"],
+                        help="file: a .gguf --target (and --drafter) computing on its own quantized weights", default="fast")
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--device", default="cpu")

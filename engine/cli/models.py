@@ -21,27 +21,37 @@ def run(args) -> int:
     entries = load_catalog()
     too_long = [e for e in entries if args.context and e.max_context and args.context > e.max_context]
     usable = [e for e in entries if e not in too_long]
-    results = recommend(usable, hardware, args.context, precisions=(args.precision,)) if usable else []
+    # No --precision: the picker's choice, as the app makes it (16-bit, 4-bit on a GPU or a Mac, or
+    # one of the model's GGUF files); "file": the GGUF files only.
+    precisions = (args.precision,) if args.precision else None
+    results = recommend(usable, hardware, args.context, precisions=precisions) if usable else []
     for entry in too_long:
-        at_window = assess(entry, hardware, args.precision, entry.max_context)
+        at_window = assess(entry, hardware, "bf16" if args.precision in (None, "file") else args.precision,
+                           entry.max_context)
         results.append(replace(at_window, context=args.context, fit="none", recommended=False,
                                reason=f"its context window is {entry.max_context} tokens, below the {args.context} asked"))
     if args.json:
+        # Each row says what runs ("variant": a GGUF quant or "safetensors"), its "file_bytes" and
+        # its "source" ("hub" for the catalog; local files name the app they came from).
         print(json.dumps({"hardware": hardware.to_dict(), "models": [r.to_dict() for r in results]}, indent=1))
         return 0
     gpus = ", ".join(f"{g.name} {human_bytes(g.free_bytes)} free" for g in hardware.gpus) or "no CUDA GPU"
     unified = f", unified memory {human_bytes(hardware.unified_memory)}" if hardware.unified_memory else ""
     print(f"{hardware.cpu_model}: RAM {human_bytes(hardware.ram_available)} free of {human_bytes(hardware.ram_total)}"
           f"{unified}; {gpus}" + (f"; disk {human_bytes(hardware.disk_free)} free" if hardware.disk_free is not None else ""))
-    print(f"\n   {'model':<21}{'drafter':<13}{'prec':<6}{'context':>8}{'needs':>10}  {'fit':<8}{'speedup':<11}reason")
+    print(f"\n   {'model':<21}{'drafter':<13}{'variant':<13}{'file':>9}{'context':>8}{'needs':>10}  {'fit':<8}"
+          f"{'speedup':<11}reason")
     for r in results:
         speedup = f"{r.predicted_speedup[0]:.1f}-{r.predicted_speedup[1]:.1f}x"
-        print(f"{'*' if r.recommended else ' '}  {r.entry.id:<21}{r.entry.drafter_kind:<13}{r.precision:<6}{r.context:>8}"
+        variant = r.variant if r.gguf else r.precision
+        size = human_bytes(r.file_bytes) if r.file_bytes else "?"
+        print(f"{'*' if r.recommended else ' '}  {r.entry.id:<21}{r.entry.drafter_kind:<13}{variant:<13}{size:>9}{r.context:>8}"
               f"{human_bytes(r.estimate.total):>10}  {r.fit:<8}{speedup:<11}{r.reason}")
     best = next((r for r in results if r.recommended), None)
     if best:
+        what = f"{best.gguf.repo} {best.variant} ({human_bytes(best.gguf.file_bytes)})" if best.gguf else best.precision
         print(f"\nrecommended: {best.entry.name} with {best.entry.drafter_repo or best.entry.drafter_kind}, "
-              f"{best.precision} on {best.device}, context {best.context}")
+              f"{what} on {best.device}, context {best.context}")
     else:
         print("\nnothing in the catalog fits this machine")
     return 0
@@ -50,7 +60,9 @@ def run(args) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser("models", help="the model catalog with memory fit and a recommendation for this machine")
     p.add_argument("--context", type=int, default=None, help="context length in tokens (default: the longest that fits)")
-    p.add_argument("--precision", default="bf16", help="bf16 (fast, default), fp32 (exact), fp16, int8, int4")
+    p.add_argument("--precision", default=None,
+                   help="bf16 (fast), fp32 (exact), fp16, int8, int4, or file (the models' GGUF files); default: the "
+                        "picker's choice among 16-bit, 4-bit on a GPU or a Mac, and the GGUF files")
     p.add_argument("--hardware", metavar="PROFILE.json",
                    help="plan for a described machine: JSON with ram_gb, gpus [{name, vram_gb}], unified_memory_gb, disk_free_gb")
     p.add_argument("--json", action="store_true", help="machine-readable output")

@@ -36,6 +36,10 @@ _SOURCE = {
     "avx512_vnni": "calibrated on a 2-core AVX-512 VNNI EPYC (docs/benchmarks, default 1.5B target)",
     "avx2": "calibrated on a 2-core AVX2 EPYC (docs/benchmarks, default 1.5B target)",
 }
+# A GGUF file (precision "file") computes with kernels.gguf_linear: llama.cpp's recipe, integer
+# products per block like the int4 kernel's. Not calibrated on its own yet: int4's figures.
+for _row in _BANDWIDTH_PER_CORE.values():
+    _row["file"] = _row["int4"]
 # One socket's memory caps what many cores reach together.
 BANDWIDTH_CAP = 60e9
 

@@ -10,7 +10,9 @@ An estimate has four parts (bytes):
                fp32 row scales, the input embedding left at bf16 (int8_target_bytes); "int4"
                its int4 target, 5 bits per linear weight (int4_target_bytes); "int4" on a GPU
                or a Mac torch's int4 kernels, 5 bits per decoder weight with the LM head and
-               input embedding at int8 (int4_device_bytes)
+               input embedding at int8 (int4_device_bytes); "file" a GGUF variant's own
+               tensors, memory-mapped, less the untied input embedding that lookups leave
+               unread (engine.models.variants.GgufVariant.resident_bytes)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
                per token, sliding-window layers holding at most their window
     drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" / "int4" are the
@@ -36,8 +38,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from engine.models.architecture import Architecture, estimate_params
-from engine.models.catalog import CatalogEntry, canonical_precision, weight_bytes
+from engine.models.catalog import FILE_PRECISION, CatalogEntry, canonical_precision, weight_bytes
 from engine.models.hardware import GB
+from engine.models.variants import GgufVariant
 
 Device = Literal["gpu", "unified", "cpu"]
 Fit = Literal["gpu", "unified", "cpu", "tight", "none"]
@@ -83,7 +86,8 @@ def dtype_bytes(precision: str, device: Device = "cpu") -> float:
     name = canonical_precision(precision)
     if name == "int4" and device != "cpu":
         return 2.0
-    return 4.0 if name in ("fp32", "int8", "int4") else 2.0
+    # A GGUF model (precision "file") computes in fp32 on the CPU (engine.gguf.loader).
+    return 4.0 if name in ("fp32", "int8", "int4", FILE_PRECISION) else 2.0
 
 
 @dataclass(frozen=True)
@@ -216,18 +220,30 @@ def _logits_bytes(vocab: int, precision: str, device: Device) -> int:
 
 
 def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int = DEFAULT_CONTEXT, device: Device = "cpu",
-                    drafter_weights: str | None = None) -> MemoryEstimate:
+                    drafter_weights: str | None = None, variant: GgufVariant | None = None,
+                    drafter_variant: GgufVariant | None = None) -> MemoryEstimate:
     """Bytes needed to run ``entry`` with its drafter at ``context`` tokens on ``device``.
     ``drafter_weights`` is the draft model's weight precision when it differs from the
     target's (engine.models.loading.drafter_weights: "int8" or "int4" on CPUs with their kernels); None
     budgets it at the target's precision, which is never smaller (an "int4" target on a GPU or a
-    Mac: the loader's 4-bit drafter there, its embedding and head left at 16 bits)."""
+    Mac: the loader's 4-bit drafter there, its embedding and head left at 16 bits).
+
+    Precision "file" runs a GGUF ``variant`` of the target (one of ``entry.variants``, or a local
+    file's, engine.models.variants.local_variant) on its own quantized weights: the weights are
+    the file's resident bytes (``GgufVariant.resident_bytes``), activations and K/V fp32. Its
+    drafter is ``drafter_variant`` (a GGUF file, budgeted the same way) or, without one, the draft
+    model at ``drafter_weights`` (default "int8", the loader's choice on a CPU)."""
     if context < 1:
         raise ValueError(f"context must be at least 1 token, not {context}")
     precision = canonical_precision(precision)
+    if (precision == FILE_PRECISION) != (variant is not None):
+        raise ValueError("precision 'file' needs the GGUF variant it runs, and a variant runs only at precision 'file'")
     a = dtype_bytes(precision, device)
     target = entry.target_arch
-    if precision == "int8":
+    if variant is not None:
+        weights = variant.resident_bytes(target)
+        drafter_weights = drafter_weights or "int8"
+    elif precision == "int8":
         weights = int8_target_bytes(entry.target_params, target, device)
     elif precision == "int4" and device == "cpu":  # the engine's int4 target (a CPU kernel)
         weights = int4_target_bytes(entry.target_params, target, device)
@@ -244,7 +260,9 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     activations = activation_bytes(target, context, precision, device)
     vocabularies = [target.vocab_size]
     if entry.drafter_kind == "draft_model":
-        if drafter_weights is not None and canonical_precision(drafter_weights) in ("int8", "int4"):
+        if drafter_variant is not None:
+            drafter = drafter_variant.resident_bytes(drafter_arch)
+        elif drafter_weights is not None and canonical_precision(drafter_weights) in ("int8", "int4"):
             drafter = quantized_drafter_bytes(entry.drafter_params, drafter_arch, canonical_precision(drafter_weights), device)
         else:
             drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights or precision, device)
@@ -254,7 +272,7 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
             activations = max(activations, activation_bytes(drafter_arch, context, precision, device))
             vocabularies.append(drafter_arch.vocab_size)
     elif entry.drafter_kind == "assistant":
-        drafter = entry.drafter_weight_bytes(precision)
+        drafter = entry.drafter_weight_bytes(precision if precision != FILE_PRECISION else STORED_PRECISION)
 
     overhead = activations + _logits_bytes(target.vocab_size, precision, device)
     if device == "gpu":

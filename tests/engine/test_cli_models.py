@@ -13,7 +13,7 @@ from .test_hardware import MACHINES
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELDS = {"id", "target_repo", "drafter_repo", "drafter_kind", "precision", "context", "estimate_bytes", "fit",
-          "reason", "recommended", "predicted_speedup"}
+          "reason", "recommended", "predicted_speedup", "variant", "file_bytes", "source"}
 
 
 def tandem_models(tmp_path, *args: str) -> subprocess.CompletedProcess:
@@ -58,8 +58,28 @@ def test_context_and_precision_options(tmp_path):
     assert {r["fit"] for r in rows} <= {"cpu", "tight", "none"}
 
 
+def test_json_rows_say_which_variant_runs_its_file_size_and_source(tmp_path):
+    out = tandem_models(tmp_path, "--json", "--hardware", profile(tmp_path, {"ram_gb": 16, "cpu_cores": 8}))
+    assert out.returncode == 0, out.stderr
+    by_id = {r["id"]: r for r in json.loads(out.stdout)["models"]}
+    catalog = {e.id: e for e in load_catalog(local_configs=False)}
+    seven = by_id["qwen2.5-coder-7b"]
+    assert (seven["variant"], seven["precision"], seven["source"]) == ("Q4_K_M", "file", "hub")
+    assert seven["file_bytes"] == catalog["qwen2.5-coder-7b"].variants[0].file_bytes
+    assert seven["gguf"]["repo"] == "bartowski/Qwen2.5-Coder-7B-Instruct-GGUF"
+    assert seven["drafter_gguf"]["files"] == ["Qwen2.5-Coder-0.5B-Instruct-Q8_0.gguf"]
+    gemma = by_id["gemma-4-e4b"]  # no GGUF build Tandem runs: safetensors, its bf16 download
+    assert gemma["variant"] == "safetensors" and gemma["gguf"] is None
+    assert gemma["file_bytes"] == catalog["gemma-4-e4b"].weight_bytes("bf16")
+    assert by_id["default-offline"]["source"] == "pypi"
+    # --precision file: only the GGUF files (models without one still listed, as safetensors).
+    out = tandem_models(tmp_path, "--json", "--precision", "file", "--hardware", profile(tmp_path, {"ram_gb": 16}))
+    rows = json.loads(out.stdout)["models"]
+    assert {r["variant"] for r in rows if catalog[r["id"]].variants} <= {"Q4_K_M", "Q5_K_M", "Q8_0", "Q5_0"}
+
+
 def test_human_table(tmp_path):
-    out = tandem_models(tmp_path, "--hardware", profile(tmp_path, MACHINES["apple-8"]))
+    out = tandem_models(tmp_path, "--precision", "bf16", "--hardware", profile(tmp_path, MACHINES["apple-8"]))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert "unified memory 8.0 GB" in lines[0]
@@ -67,6 +87,11 @@ def test_human_table(tmp_path):
     assert "recommended: SmolLM2 1.7B with HuggingFaceTB/SmolLM2-135M-Instruct" in out.stdout
     for e in load_catalog(local_configs=False):
         assert e.id in out.stdout
+    laptop = tandem_models(tmp_path, "--hardware", profile(tmp_path, {"ram_gb": 16, "cpu_cores": 8}))
+    assert laptop.returncode == 0, laptop.stderr
+    seven = next(line for line in laptop.stdout.splitlines() if "qwen2.5-coder-7b " in line)
+    assert "Q4_K_M" in seven and "4.7 GB" in seven  # its file: 4.68e9 bytes
+    assert "recommended:" in laptop.stdout and "-GGUF Q4_K_M" in laptop.stdout
 
 
 @pytest.mark.parametrize("data, words", [({"ram_gb": "lots"}, "'ram_gb' must be a number"),
