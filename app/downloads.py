@@ -8,11 +8,21 @@ from app.messages import Progress
 RUNNABLE_DRAFTERS = {"draft_model"}  # kinds the engine can load as a separate drafter today
 
 
-def installed_paths(entry):
+def installed_paths(entry, variant=None):
     """(target dir, drafter dir or None) when the target is installed and verified, else None.
-    A drafter kind the engine cannot run yet is skipped (prompt lookup drafts instead)."""
+    A drafter kind the engine cannot run yet is skipped (prompt lookup drafts instead).
+    ``variant`` (an engine.models.variants.GgufVariant of the entry): its GGUF file instead, and
+    the drafter's GGUF file that ``tandem download --variant`` pairs with it."""
     from engine.hub.download import is_installed
 
+    if variant is not None:
+        from engine.hub.gguf_plan import drafter_variant_for
+
+        target = is_installed(variant.repo, precision=variant.quant)
+        if target is None:
+            return None
+        paired = drafter_variant_for(entry, variant) if entry.drafter_kind in RUNNABLE_DRAFTERS else None
+        return target, is_installed(paired.repo, precision=paired.quant) if paired is not None else None
     target = is_installed(entry.target_repo)
     if target is None:
         return None
@@ -22,10 +32,17 @@ def installed_paths(entry):
     return target, drafter
 
 
-def download_job(entry):
+def download_job(entry, variant: str | None = None):
+    """The download of ``entry``: its GGUF ``variant`` ("Q4_K_M": that file and its drafter's
+    GGUF file, as ``tandem download --variant``), else the repo's own weights and drafter."""
+
     def run(ctx) -> None:
         from engine.hub.download import fetch_events
 
+        if variant is not None:
+            for event in fetch_events(entry.id, ctx.job.cancel_flag, variant=variant, drafter=True):
+                ctx.emit(event)
+            return
         wants_drafter = bool(entry.drafter_repo) and entry.drafter_kind in ("draft_model", "assistant")
         options = {"drafter": wants_drafter}
         if wants_drafter:
