@@ -262,12 +262,15 @@ def drafter_weights(requested: str, precision: Precision, device: str = "auto") 
     ~60% of the bytes (default pair, one step 9.8 vs 14.7 ms); it agrees with the target a little
     less often, but on the int8 target it won on every category of the bench in the same run
     (2026-11-30 bench, repeats 2: code 1.55x vs 1.28x, prose 1.10x vs 0.97x, qa 1.19x vs 0.89x). Next to
-    a bf16 target (c ~0.13 with int8) its lower acceptance would cost more than it saves."""
+    a bf16 target (c ~0.13 with int8) its lower acceptance would cost more than it saves.
+    A GGUF target (precision "file", 4-6 bit blocks) is as cheap a step as an int4 one: its
+    int4 drafter step cost 0.33 target steps where int8's cost 0.41 and the drafter's own Q5_0
+    file 0.67 (2026-12-01, scripts/gguf_speculation_bench.py, 1 thread, the same run)."""
     if requested != "auto":
         return requested
     dev = pick_device(device)
     if dev.type == "cpu" and int8_available():
-        return "int4" if precision in ("int8", "int4") and int4_available() else "int8"
+        return "int4" if precision in ("int8", "int4", "file") and int4_available() else "int8"
     if precision == "int4" and int4pack.unsupported_reason(dev) is None:
         return "int4"  # next to a 4-bit target on a GPU / Mac: the pair's memory is what limits there
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype_for(precision, dev)]

@@ -79,6 +79,11 @@ def test_folder_drafter_next_to_a_gguf_target(tmp_path, pair):
     session = Session.load(pair[0], tmp_path / "drafter", precision="file")
     result = compare(session, PROMPTS[0], DecodeSettings(max_new_tokens=24, draft_length=3))
     assert result.speculative.token_ids == result.plain.token_ids
+    # Next to a GGUF target's cheap step the int4 drafter is the fastest one (loading.drafter_weights).
+    from engine.models.loading import int4_available, int8_available
+
+    if int8_available() and int4_available():
+        assert session.drafter_model.weights == "int4"
 
 
 def test_drafter_with_another_vocabulary_is_refused(tmp_path, pair):
