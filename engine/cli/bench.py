@@ -14,6 +14,7 @@ def run(args) -> int:
 
     from engine.bench.suite import baseline_plain, read_prompts, run_bench, select_prompts
     from engine.core.settings import DecodeSettings, InvalidRequest
+    from engine.models.precision_labels import label_for
     from engine.session.session import Session
 
     # Every input first, in milliseconds: the models take a minute to load, the run much longer.
@@ -32,8 +33,9 @@ def run(args) -> int:
     baseline = None
     if args.baseline_precision:
         # First, alone in memory: the same target at the baseline precision, plain decoding only.
-        target, _ = default_model_paths(args.target, args.drafter_model, need_drafter=False)
-        print(f"baseline: loading {target.name} ({args.baseline_precision})", file=sys.stderr)
+        target, _ = default_model_paths(args.target, args.drafter_model, need_drafter=False, precision=args.baseline_precision)
+        print(f"baseline: loading {target.name} ({args.baseline_precision}: {label_for(args.baseline_precision, target)})",
+              file=sys.stderr)
         other = Session.load(target, None, args.baseline_precision, args.device)
         baseline = baseline_plain(other, prompts, args.max_new_tokens)
         del other
@@ -68,9 +70,10 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=1,
                    help="time plain and speculative decoding of each prompt this many times, alternating, "
                         "and report the median run of each (for noisy, shared machines)")
-    p.add_argument("--baseline-precision", choices=["exact", "fast", "int8", "int4"],
+    p.add_argument("--baseline-precision", choices=["file", "fast", "exact", "int8", "int4"],
                    help="also time plain decoding of the same prompts at this precision, in the same run (e.g."
-                        " --precision int8 --baseline-precision fast: what quantizing the target buys)")
+                        " --precision int8 --baseline-precision fast: what quantizing the target buys; for the"
+                        " default pair, --baseline-precision int4 times its converted folder next to its GGUF file)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     model_options(p)
     p.set_defaults(func=run)

@@ -21,17 +21,28 @@ def _progress_printer():
 
 
 def default_model_paths(target: str | None, drafter: str | None, need_drafter: bool = True,
-                        full_check: bool = False) -> tuple[Path, Path | None]:
-    """The models to load: the given paths, else the default pair, verified (and rebuilt from
-    its GGUF files where damaged; ``full_check`` hashes every file, see default_pair.prepare)."""
+                        full_check: bool = False, precision: str | None = None) -> tuple[Path, Path | None]:
+    """The models to load: the given paths, else the default pair for ``precision`` (None: its
+    default, default_pair.DEFAULT_PRECISION): its GGUF target for "file", its converted folder
+    otherwise, verified (and rebuilt from its GGUF files where damaged; ``full_check`` hashes
+    every file, see default_pair.prepare)."""
     from engine.models import default_pair
 
     if target:
         return Path(target), Path(drafter) if drafter else None
-    show = _progress_printer()
-    t = default_pair.prepare(default_pair.TARGET, show, full_check)
-    d = default_pair.prepare(default_pair.DRAFTER, show, full_check) if need_drafter and not drafter else None
+    t, d = default_pair.prepare_pair(precision, need_drafter and not drafter, _progress_printer(), full_check)
     return t, Path(drafter) if drafter else d
+
+
+def default_precision(target: str | Path | None) -> str:
+    """The precision a target loads at when none is asked for: the default pair's default
+    (default_pair.DEFAULT_PRECISION); a .gguf file's own quantization; bf16 for a folder."""
+    from engine.gguf import is_gguf
+    from engine.models import default_pair
+
+    if target is None:
+        return default_pair.DEFAULT_PRECISION
+    return "file" if is_gguf(target) else "fast"
 
 
 def drafter_options(args):
@@ -86,14 +97,30 @@ def write_json_atomically(path: Path, data) -> None:
 def load_session(args, need_drafter=True):
     from engine.session.session import Session
 
-    options = drafter_options(args)
-    target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter)
-    if args.precision is None:  # a GGUF target runs its own quantization; a folder, bf16
-        from engine.gguf import is_gguf
+    from engine.models.precision_labels import label_for
 
-        args.precision = "file" if is_gguf(target) else "fast"
-    print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "") + f" ({args.precision})", file=sys.stderr)
+    options = drafter_options(args)
+    if args.precision is None:
+        args.precision = default_precision(args.target)
+    target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter, precision=args.precision)
+    print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "")
+          + f" ({args.precision}: {label_for(args.precision, target)})", file=sys.stderr)
     return Session.load(target, drafter, args.precision, args.device, drafter_options=options)
+
+
+def default_pair_precisions() -> str:
+    """A line for `tandem models`: how the default pair's precisions are named (its GGUF file
+    runs by default; the others start from its converted folder)."""
+    from engine.core.paths import cache_dir
+    from engine.models import default_pair
+    from engine.models.precision_labels import FOLDER_PRECISIONS, precision_label, source_quantization
+
+    quant = source_quantization(cache_dir() / "models" / default_pair.TARGET.name)
+    quant = quant if quant is not None else ""  # not converted yet: a GGUF file all the same
+    default = precision_label(default_pair.DEFAULT_PRECISION, quant)
+    others = ", ".join(precision_label(p, quant) for p in FOLDER_PRECISIONS if p != default_pair.DEFAULT_PRECISION)
+    return (f"\ndefault-offline precision: {default} (--precision {default_pair.DEFAULT_PRECISION}, the default);"
+            f" also {others}")
 
 
 def human_size(n: float) -> str:
@@ -106,14 +133,16 @@ def human_size(n: float) -> str:
 
 def model_options(p: argparse.ArgumentParser) -> None:
     """The options of every subcommand that loads a target and drafter."""
-    p.add_argument("--precision", choices=["exact", "fast", "int8", "int4", "file"], default=None,
-                   help="exact: fp32, greedy output token-identical; fast: bf16; int8 / int4: the target's weights"
-                        " quantized (smaller, faster on a CPU, output different from bf16; int8 layers round their inputs"
-                        " to int16, int4 ones to int8 as llama.cpp's Q4 formats do, and int4 changes the model"
-                        " more; speculation stays"
-                        " token-identical to plain decoding of the quantized target); file: a .gguf target's own"
-                        " quantization, computed from the file's blocks (the default for a .gguf target; fast"
-                        " otherwise)")
+    p.add_argument("--precision", choices=["file", "fast", "exact", "int8", "int4"], default=None,
+                   help="file: as in the .gguf file (its own quantization, e.g. Q4_K_M, computed from its blocks;"
+                        " the default for a .gguf target and for the default pair, which then runs from its GGUF"
+                        " file); fast: bf16; exact: fp32, greedy output token-identical; int8 / int4: the weights"
+                        " quantized by Tandem (smaller, faster on a CPU, output different from bf16; int8 layers"
+                        " round their inputs to int16, int4 ones to int8 as llama.cpp's Q4 formats do). For a model"
+                        " converted from a GGUF file (the default pair's folder) bf16 and fp32 hold the file's"
+                        " values dequantized and int8 / int4 re-quantize them (a second rounding). Speculation on a"
+                        " quantized target stays token-identical to plain decoding of the same target (default:"
+                        " file for the default pair and a .gguf target, fast for a folder)")
     p.add_argument("--target", help="model folder or .gguf file (default: the offline Qwen2.5-Coder 1.5B)")
     p.add_argument("--drafter-model", help="draft model folder or .gguf file, or a Gemma 4 -assistant folder for a Gemma 4"
                                            " target (default: Qwen2.5-Coder 0.5B)")

@@ -12,10 +12,15 @@ def run_setup(args) -> int:
     converted models is hashed against its digest, and the default target's int8 / int4 weight
     caches, where present, against theirs (a damaged model is converted again, a damaged cache
     removed for the next load to rebuild, each with a warning)."""
+    from engine.models import default_pair
+    from engine.models.precision_labels import label_for
     from engine.quant import weight_cache
     from kernels import cpu_kernel_report
 
-    target, drafter = default_model_paths(None, None, full_check=True)
+    # Every precision's files: the converted folders (bf16 / fp32 / int8 / int4 start from them)
+    # and the target's GGUF file ("file", the default).
+    target, drafter = default_model_paths(None, None, full_check=True, precision="fast")
+    gguf = default_pair.gguf_file(default_pair.TARGET)
     for kind in weight_cache.KINDS:
         state = weight_cache.check(target, kind)
         if state.status == "verified":  # a damaged one was removed with a warning saying why
@@ -23,6 +28,7 @@ def run_setup(args) -> int:
     # Compiles them once, now, rather than on the first request (or inside a timed test).
     print("CPU kernels:", cpu_kernel_report())
     print("default model pair verified and ready:", target, drafter, sep="\n  ")
+    print(f"default precision: {default_pair.DEFAULT_PRECISION} ({label_for(default_pair.DEFAULT_PRECISION, gguf)}), from {gguf}")
     return 0
 
 

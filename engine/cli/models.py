@@ -47,6 +47,10 @@ def run(args) -> int:
         size = human_bytes(r.file_bytes) if r.file_bytes else "?"
         print(f"{'*' if r.recommended else ' '}  {r.entry.id:<21}{r.entry.drafter_kind:<13}{variant:<13}{size:>9}{r.context:>8}"
               f"{human_bytes(r.estimate.total):>10}  {r.fit:<8}{speedup:<11}{r.reason}")
+    if any(r.entry.id == "default-offline" for r in results):
+        from engine.cli.common import default_pair_precisions
+
+        print(default_pair_precisions())
     best = next((r for r in results if r.recommended), None)
     if best:
         what = f"{best.gguf.repo} {best.variant} ({human_bytes(best.gguf.file_bytes)})" if best.gguf else best.precision

@@ -114,3 +114,12 @@ def test_this_machine(tmp_path):
     report = json.loads(out.stdout)
     assert report["hardware"]["source"] == "detected" and report["hardware"]["ram_total"] > 0
     assert len(report["models"]) == len(load_catalog(local_configs=False))
+
+
+
+def test_models_names_the_default_pairs_precisions_as_the_picker_does(tmp_path):
+    out = tandem_models(tmp_path, "--hardware", profile(tmp_path, {"ram_gb": 16, "cpu_cores": 8}))
+    assert out.returncode == 0, out.stderr
+    # This test's cache holds no converted pair: from a GGUF file whose type is not read yet.
+    assert ("default-offline precision: As in the file (--precision file, the default); also bf16 (dequantized),"
+            " fp32 (exact, dequantized), int8 (re-quantized), int4 (re-quantized)") in out.stdout
