@@ -29,6 +29,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--demo", metavar="PROMPT", help="run the side-by-side demo on PROMPT (with --screenshot: to completion)")
     p.add_argument("--chat", metavar="MESSAGE", help="send MESSAGE in a new chat (with --screenshot: until the reply ends)")
     p.add_argument("--tab", choices=sorted(TABS), help="show this tab")
+    p.add_argument("--select", metavar="TEXT", help="on the Models tab, select the first row that mentions TEXT "
+                   "(its name, variant, source or drafter)")
     p.add_argument("--target", type=Path, help="load this model folder instead of the default pair")
     p.add_argument("--drafter", type=Path, help="draft model folder to go with --target")
     p.add_argument("--precision", choices=["fast", "exact", "int8", "int4"],
@@ -127,6 +129,7 @@ def main(argv=None) -> int:
     window = MainWindow(self_test.settings() if self_test else None, autoload=args.target is None)
     if args.precision:
         window.demo.controls.set_precision(args.precision)
+        window.precision_override = args.precision  # the default pair's own default would win otherwise
     if args.max_new_tokens:
         window.demo.controls.max_new_tokens.setValue(args.max_new_tokens)
     if args.tab:
@@ -144,7 +147,13 @@ def main(argv=None) -> int:
     else:
         window.demo_finished.connect(lambda _: script.done())
     if args.screenshot and not (args.demo or args.chat):
-        _when(lambda: window.last_report is not None, script.done)  # the picker has filled in
+        # The picker has filled in: the catalog's rows and the GGUF files found on this machine.
+        def shoot_picker() -> None:
+            if args.select:
+                window.models.select_matching(args.select)
+            script.done()
+
+        _when(lambda: window.last_report is not None and window.models.local_listed, shoot_picker)
     elif args.screenshot:
         window.no_model.connect(lambda why: script.done(failed=why))  # fail now, not at the timeout
     if args.screenshot:

@@ -118,9 +118,8 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
             def progress(stage: str, done: int, total: int) -> None:
                 ctx.emit(Progress(_STAGES.get(stage, stage), done, total, "bytes" if total > 1 else ""))
 
-            specs = (default_pair.TARGET,) if skip_drafter else (default_pair.TARGET, default_pair.DRAFTER)
-            paths = [default_pair.prepare(spec, progress) for spec in specs]
-            target_path, drafter_path = paths[0], (paths[1] if len(paths) > 1 else None)
+            # "file" runs the target's GGUF file; the other precisions its converted folder.
+            target_path, drafter_path = default_pair.prepare_pair(precision, not skip_drafter, progress)
         else:
             target_path, drafter_path = Path(target), Path(drafter) if drafter and not skip_drafter else None
         if ctx.cancelled():

@@ -11,12 +11,44 @@ from enum import Enum
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import QComboBox, QGridLayout, QGroupBox, QLabel, QPushButton, QSpinBox
 
-PRECISIONS = [("Follow the app (demo's choice)", ""), ("Fast (bf16)", "fast"), ("Exact (fp32)", "exact"),
-              ("int8 (half of bf16's memory)", "int8"), ("int4 (smallest, fastest on a CPU)", "int4")]
+FOLLOW_APP = ("Follow the app (demo's choice)", "")
+DEFAULT_PAIR = "default-offline"
 DRAFTERS = [("Draft model", "model"), ("Prompt lookup", "lookup"), ("Off (plain decoding)", "off")]
 CONTEXTS = [0, 2048, 4096, 8192, 16384, 32768]
 # The engine's precision names, as catalog.canonical_precision reads them, for labels.
 PRECISION_SHORT = {"fast": "bf16", "exact": "fp32", "int8": "int8", "int4": "int4"}
+
+
+def precision_choices(entry_id: str | None) -> list[tuple[str, str]]:
+    """(label, precision) pairs the precision combo offers for a model, named by the engine
+    (engine.models.precision_labels): the default pair came from a GGUF file, so its own
+    quantization comes first ("As in the file (Q4_K_M)", its default) and the others say they
+    dequantize or re-quantize it; any other model follows the app's choice unless told otherwise."""
+    from engine.models.precision_labels import choices
+
+    if entry_id == DEFAULT_PAIR:
+        return choices(default_pair_quantization(), with_file=True)
+    return [FOLLOW_APP, *choices(None)]
+
+
+def default_pair_quantization() -> str:
+    """The default target's GGUF quantization ("Q4_K_M"), from its conversion record: a JSON read,
+    no torch (the worker records it when it prepares the pair); "" until it is known."""
+    from engine.core.paths import cache_dir
+    from engine.models import default_pair
+    from engine.models.precision_labels import source_quantization
+
+    return source_quantization(cache_dir() / "models" / default_pair.TARGET.name, open_file=False) or ""
+
+
+def default_precision(entry_id: str | None) -> str:
+    """What a model with no precision of its own loads at: the default pair, its default
+    (engine.models.default_pair.DEFAULT_PRECISION); any other model, "" (the app's choice)."""
+    if entry_id == DEFAULT_PAIR:
+        from engine.models import default_pair
+
+        return default_pair.DEFAULT_PRECISION
+    return ""
 
 
 class Field(str, Enum):
@@ -60,8 +92,9 @@ class ModelSettingsStore:
 
         drafter = read(Field.DRAFTER, d.drafter, str)
         precision = read(Field.PRECISION, d.precision, str)
+        known = {p for _, p in precision_choices(entry_id)}
         return ModelSettings(
-            precision=precision if precision in PRECISION_SHORT else "",
+            precision=precision if precision and precision in known else "",
             context=max(0, read(Field.CONTEXT, d.context, int)),
             drafter=drafter if drafter in {k for _, k in DRAFTERS} else d.drafter,
             draft_length=min(8, max(0, read(Field.DRAFT_LENGTH, d.draft_length, int))),
@@ -85,9 +118,12 @@ class ModelSettingsPanel(QGroupBox):
         self.entry_id: str | None = None
         grid = QGridLayout(self)  # one row of captioned fields: the table keeps the height
         self.precision = QComboBox()
-        for label, value in PRECISIONS:
-            self.precision.addItem(label, value)
-        self.precision.setToolTip("The precision this model loads at; memory, fit and speed above follow it.")
+        self._offer_precisions(None)
+        self.precision.setToolTip("The precision this model loads at; memory, fit and speed above follow it.\n"
+                                  "As in the file: the GGUF file's own quantized weights, computed as they are.\n"
+                                  "dequantized: the file's values widened to bf16 / fp32 (same values, more memory).\n"
+                                  "re-quantized: Tandem rounds the file's values again to int8 / int4 (a second rounding:\n"
+                                  "the output moves further from the file's own model).")
         self.context = QComboBox()
         for n in CONTEXTS:
             self.context.addItem(f"{n // 1024}k tokens" if n else "Picker's context", n)
@@ -122,12 +158,21 @@ class ModelSettingsPanel(QGroupBox):
         self.setTitle(f"Settings for {name}" if name else "Settings for the selected model")
         self.setEnabled(entry_id is not None)
         s = self.store.get(entry_id) if entry_id else ModelSettings()
-        self.precision.setCurrentIndex(max(0, self.precision.findData(s.precision)))
+        self._offer_precisions(entry_id)
+        self.precision.setCurrentIndex(max(0, self.precision.findData(s.precision or default_precision(entry_id))))
         self.context.setCurrentIndex(max(0, self.context.findData(s.context)))
         self.drafter.setCurrentIndex(max(0, self.drafter.findData(s.drafter)))
         self.draft_length.setValue(s.draft_length)
         self.threads.setValue(s.threads)
         self.entry_id = entry_id
+
+    def _offer_precisions(self, entry_id: str | None) -> None:
+        wanted = precision_choices(entry_id)
+        have = [(self.precision.itemText(i), self.precision.itemData(i)) for i in range(self.precision.count())]
+        if have != wanted:
+            self.precision.clear()
+            for label, value in wanted:
+                self.precision.addItem(label, value)
 
     def value(self) -> ModelSettings:
         return ModelSettings(self.precision.currentData(), self.context.currentData(), self.drafter.currentData(),

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.model_settings import PRECISION_SHORT, ModelSettingsPanel, ModelSettingsStore
+from app.model_settings import PRECISION_SHORT, ModelSettingsPanel, ModelSettingsStore, default_precision
 from engine.models.memory_fit import FIT_ORDER, human_bytes  # torch-free; one way of writing sizes everywhere
 
 COLUMNS = ["Model", "Parameters", "Memory needed (at load precision)", "Fit", "Speed (plain)", "Drafter", "Drafter kind",
@@ -166,9 +166,10 @@ class ModelsView(QWidget):
             self.refresh()
 
     def load_precision(self, entry_id: str) -> str:
-        """The app's precision name ("fast", "exact", "int8", "int4") this model loads at: its
-        own setting; else 4-bit where the fit chose it (16-bit does not fit the GPU); else the app's."""
-        own = self.store.get(entry_id).precision
+        """The app's precision name ("file", "fast", "exact", "int8", "int4") this model loads at:
+        its own setting; else its own default (the default pair: as in its GGUF file); else 4-bit
+        where the fit chose it (16-bit does not fit the GPU); else the app's."""
+        own = self.store.get(entry_id).precision or default_precision(entry_id)
         if own:
             return own
         chosen = next((f.precision for f in getattr(self.report, "fits", ()) if f.entry.id == entry_id), None)
@@ -179,7 +180,10 @@ class ModelsView(QWidget):
         hw = getattr(self.report, "hardware", None)
         precision = self.load_precision(fit.entry.id)
         context = self.store.get(fit.entry.id).context or fit.context
-        if hw is None or (PRECISION_SHORT.get(precision) == fit.precision and context == fit.context):
+        # "file" (a GGUF file's own blocks) has no memory-fit name yet: its row keeps the fit's precision.
+        short = PRECISION_SHORT.get(precision, fit.precision)
+        precision = precision if precision in PRECISION_SHORT else fit.precision
+        if hw is None or (short == fit.precision and context == fit.context):
             return fit
         from dataclasses import replace
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeySequence, QShortcut
@@ -20,7 +21,7 @@ from app.chat_view import ChatView
 from app.conversations import ConversationStore, describe_set_aside
 from app.demo_view import DemoView
 from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, KernelReport, MachineReport, ModelLoaded, Progress
-from app.model_settings import ModelSettingsStore
+from app.model_settings import DEFAULT_PAIR, ModelSettingsStore
 from app.models_view import ModelsView
 from app.presets import PresetStore, describe_skipped
 from app.remote_demo import RemoteDemoView
@@ -31,6 +32,7 @@ from app.server_panel import ServerPanel
 from app.speculation_status import SpeculationStatus
 from app.stall import StallMonitor
 from app.window_parts import JOB_STATES, ErrorBanner, StatusStrip, UiState
+from app.window_precision import offer_precisions, reload_job
 from app.worker import EngineHost
 from engine.core.events import Failed
 from engine.core.paths import data_dir
@@ -57,6 +59,8 @@ class MainWindow(QMainWindow):
         self.active_job: int | None = None
         self.active_kind: str | None = None
         self.loaded: ModelLoaded | None = None
+        #: A precision asked for on the command line: it wins over the default pair's own default.
+        self.precision_override: str | None = None
         self.last_report: MachineReport | None = None
         self.autoload = autoload
 
@@ -134,8 +138,7 @@ class MainWindow(QMainWindow):
         self.models.context_changed.connect(self._context_changed)
         self.demo.controls.drafter.currentIndexChanged.connect(
             lambda _: self.speculation.update_state(choice=self.demo.controls.drafter_kind(), off_steps=0))
-        self.demo.controls.precision.currentIndexChanged.connect(
-            lambda _: self.models.set_app_precision(self.demo.controls.precision.currentData()))
+        self.demo.controls.precision.currentIndexChanged.connect(lambda _: self._app_precision_changed())
         self.tabs.currentChanged.connect(self._tab_changed)
         # Chat shortcuts work from any tab: they bring the chat forward.
         QShortcut(QKeySequence.StandardKey.New, self, lambda: self._to_chat(self.chat.new_chat))
@@ -167,12 +170,13 @@ class MainWindow(QMainWindow):
 
     def _model_settings(self, entry_id: str):
         """The model's own settings, its precision resolved (what the picker shows it at)."""
-        from dataclasses import replace
-
         return replace(self.model_store.get(entry_id), precision=self.models.load_precision(entry_id))
 
     def load_default(self) -> None:
-        settings = self._model_settings("default-offline")
+        settings = self._model_settings(DEFAULT_PAIR)
+        if self.precision_override:  # `python -m app --precision X`: the first load of the pair too
+            settings = replace(settings, precision=self.precision_override)
+            self.precision_override = None
         self._submit("load", jobs.load_models(None, None, settings.precision, settings=settings))
 
     def _load_last_or_default(self, default_ready: bool) -> None:
@@ -182,7 +186,11 @@ class MainWindow(QMainWindow):
         target = self.settings.get(Key.MODEL_TARGET, "") or ""
         drafter = self.settings.get(Key.MODEL_DRAFTER, "") or ""
         precision = self.demo.controls.precision.currentData()
-        if target and (Path(target) / "config.json").exists():
+        from engine.models import default_pair
+
+        if target and default_pair.is_default_target(target) and default_ready:
+            self.load_default()  # at its own settings: the GGUF file, unless told otherwise
+        elif target and (Path(target) / "config.json").exists():
             drafter = drafter if drafter and (Path(drafter) / "config.json").exists() else None
             self._submit("load", jobs.load_models(target, drafter, precision))
         elif default_ready:
@@ -237,11 +245,16 @@ class MainWindow(QMainWindow):
             self._set_state(UiState.CANCELLING)
             self.host.cancel()
 
+    def _app_precision_changed(self) -> None:
+        """Other models follow the demo's precision; "file" is one file's own quantization, so
+        only the loaded GGUF model can follow that choice."""
+        precision = self.demo.controls.precision.currentData()
+        if precision and precision != "file":
+            self.models.set_app_precision(precision)
+
     def _precision_changed(self, precision: str) -> None:
-        if self.loaded is None or self.loaded.precision == precision:
-            return
-        target, drafter = self.loaded.target_path, self.loaded.drafter_path or None
-        self._submit("load", jobs.load_models(target, drafter, precision))
+        if self.loaded is not None and self.loaded.precision != precision:
+            self._submit("load", reload_job(self.loaded, precision, self._model_settings(DEFAULT_PAIR)))
 
     def _context_changed(self, context: int) -> None:
         self.probe()
@@ -349,10 +362,13 @@ class MainWindow(QMainWindow):
             drafter = f" + {loaded.drafter} drafting"
         else:
             drafter = " (drafting with its MTP layers)" if loaded.drafter_kind == "mtp" else " (prompt-lookup drafting)"
-        mode = {"fast": "fast, bf16", "exact": "exact, fp32", "int8": "quantized, int8", "int4": "quantized, int4"}.get(loaded.precision, loaded.precision)
+        if loaded.precision == "remote":
+            mode = loaded.precision
+        else:
+            offer_precisions(self.demo.controls.precision, loaded)
+            mode = self.demo.controls.precision.currentText() or loaded.precision
         self.model_label.setText(f"{loaded.target}{drafter} · {mode} · {loaded.device}")
         self.statusBar().showMessage(f"Loaded in {loaded.seconds:.1f} s", 8000)
-        self.demo.controls.set_precision(loaded.precision)
         self.demo.controls.offer_drafter(loaded.drafter_kind)
         if loaded.settings is not None:  # the model's own drafter and draft length
             c = self.demo.controls

@@ -126,7 +126,8 @@ def test_choosing_quantized_precision_reloads_an_int8_target_and_stays_identical
     window = make_window()
     combo = window.demo.controls.precision
     index = combo.findData("int8")
-    assert index >= 0 and "slightly different" in combo.itemText(index)
+    # Named as the engine names it (engine.models.precision_labels); the tooltip says it is lossy.
+    assert index >= 0 and combo.itemText(index) == "int8 (quantized by Tandem)" and "slightly" in combo.toolTip()
     with qtbot.waitSignal(window.model_loaded, timeout=120_000) as loaded:
         combo.setCurrentIndex(index)
         combo.activated.emit(index)

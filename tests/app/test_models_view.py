@@ -52,12 +52,16 @@ def test_memory_fit_and_speed_follow_the_models_precision(qtbot, app_settings):
     _cpu_report(view)
     assert "load precision" in view.table.horizontalHeaderItem(2).text()
     row = _row(view, "default-offline")
+    assert view.load_precision("default-offline") == "file"  # the default pair: its GGUF file, by default
+    view.table.selectRow(row)
+    panel = view.settings_panel
+    panel.precision.setCurrentIndex(panel.precision.findData("fast"))  # its converted folder, bf16
+    panel.precision.activated.emit(panel.precision.currentIndex())
+    row = _row(view, "default-offline")
     memory_bf16 = view.table.item(row, 2).text()
     assert memory_bf16.startswith("bf16 · ")
     speed_bf16 = view.speed(view.rows[row]).tok_s
     total_bf16 = view.rows[row].estimate.total
-    view.table.selectRow(row)
-    panel = view.settings_panel
     panel.precision.setCurrentIndex(panel.precision.findData("int4"))
     panel.precision.activated.emit(panel.precision.currentIndex())
     row = _row(view, "default-offline")
