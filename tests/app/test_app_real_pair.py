@@ -22,6 +22,11 @@ def test_default_pair_demo_and_chat(qtbot, app_settings, capsys):
         qtbot.waitUntil(lambda: window.loaded is not None, timeout=600_000)
         wait_idle(qtbot, window, timeout=600_000)
         assert "Qwen2.5-Coder-1.5B" in window.model_label.text() or "1.5b" in window.model_label.text().lower()
+        # By default the pair runs from its GGUF file, and the precision combo says so first.
+        assert window.loaded.precision == "file" and window.loaded.target_path.endswith(".gguf")
+        combo = window.demo.controls.precision
+        assert combo.itemText(0) == "As in the file (Q4_K_M)" and combo.currentData() == "file"
+        assert combo.itemText(combo.findData("int4")) == "int4 (re-quantized from Q4_K_M)"
         window.demo.controls.max_new_tokens.setValue(48)
         window.demo.controls.draft_length.setValue(4)  # fixed k: drafting must not hinge on noisy timings
         window.demo.prompt.setPlainText("Write a Python function is_prime(n) with a docstring.")
