@@ -33,6 +33,14 @@ def ask_and_add(window) -> None:
         add_model_file(window, path)
 
 
+def install(window):
+    """The File menu's "Add model file…" action and the picker's button, wired; the action."""
+    menu = window.menuBar().addMenu("&File")
+    action = menu.addAction("&Add model file…", lambda: ask_and_add(window))
+    window.models.add_model_requested.connect(lambda: ask_and_add(window))
+    return action
+
+
 def list_local_models(window) -> None:
     """Queue a listing of the local models behind whatever runs (like the machine probe)."""
     window.host.submit("probe", list_local(window.models.context.currentData()))

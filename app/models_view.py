@@ -1,7 +1,11 @@
-"""Model picker: what this machine can run, with which drafter, how much memory, how much faster."""
+"""Model picker: what this machine can run, with which drafter, how much memory, how much faster.
+
+One row per model: the catalog's, at its recommended variant (a GGUF file or safetensors, the
+other variants in the combo under the table), and the GGUF files found on this machine (LM
+Studio, Ollama, llama.cpp, imported). The cells' text comes from app.model_rows."""
 from __future__ import annotations
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -17,60 +21,39 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.model_rows import (
+    COLUMNS,
+    FIT_LABELS,
+    KIND_LABELS,
+    SAFETENSORS,
+    Cell,
+    detail_text,
+    drafter_cell,
+    hardware_text,
+    human_params,
+    installed_for,
+    is_local,
+    memory_cell,
+    size_text,
+    source_label,
+    speed_hint,
+    speedup_text,
+    variant_choice_label,
+    variant_fits,
+    variant_label,
+)
 from app.model_settings import PRECISION_SHORT, ModelSettingsPanel, ModelSettingsStore, default_precision
 from engine.models.memory_fit import FIT_ORDER, human_bytes  # torch-free; one way of writing sizes everywhere
 
-COLUMNS = ["Model", "Parameters", "Memory needed (at load precision)", "Fit", "Speed (plain)", "Drafter", "Drafter kind",
-           "Predicted speedup", "Installed"]
-MEMORY, FIT, SPEED = 2, 3, 4
-FIT_LABELS = {
-    "gpu": ("Fits on GPU", "#188038"),
-    "unified": ("Fits in unified memory", "#188038"),
-    "cpu": ("Fits in RAM (CPU)", "#1a73e8"),
-    "tight": ("Tight", "#b06000"),
-    "none": ("Does not fit", "#d93025"),
-}
-KIND_LABELS = {
-    "draft_model": "small draft model",
-    "assistant": "MTP assistant (shares KV)",
-    "mtp": "MTP heads in checkpoint",
-    "lookup": "prompt lookup",
-}
+__all__ = ["COLUMNS", "FIT_LABELS", "KIND_LABELS", "ModelsView", "hardware_text", "human_bytes", "human_params", "speedup_text"]
 CONTEXTS = [2048, 4096, 8192, 16384, 32768]
-
-
-def human_params(n: int) -> str:
-    return f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.0f}M"
-
-
-def speedup_text(value) -> str:
-    if isinstance(value, (tuple, list)) and len(value) == 2:
-        return f"{value[0]:.1f}–{value[1]:.1f}×"
-    return f"{value:.1f}×" if value else "–"
-
-
-def hardware_text(hw) -> str:
-    """One line: RAM, CPU, GPUs or Apple memory, free disk (engine.models.hardware.Hardware)."""
-    if hw is None:
-        return "Hardware: unknown"
-    parts = [f"RAM {human_bytes(hw.ram_total)} ({human_bytes(hw.ram_available)} free)"]
-    if hw.cpu_cores:  # a described machine (profile) may not say
-        parts.append(f"CPU {hw.cpu_model} · {hw.cpu_cores} cores")
-    for gpu in hw.gpus:
-        parts.append(f"GPU {gpu.name} {human_bytes(gpu.total_bytes)} ({human_bytes(gpu.free_bytes)} free)")
-    if hw.unified_memory:
-        parts.append(f"Apple unified memory {human_bytes(hw.unified_memory)}")
-    if not hw.gpus and not hw.unified_memory:
-        parts.append("no GPU: models run on the CPU")
-    if hw.disk_free is not None:
-        parts.append(f"{human_bytes(hw.disk_free)} free disk")
-    return " · ".join(parts)
 
 
 class ModelsView(QWidget):
     load_requested = Signal(object)  # FitResult or None (the default offline pair)
-    download_requested = Signal(object)  # FitResult
+    download_requested = Signal(object)  # FitResult (its variant is what downloads)
     context_changed = Signal(int)
+    add_model_requested = Signal()
 
     def __init__(self, store: ModelSettingsStore | None = None, parent=None) -> None:
         super().__init__(parent)
@@ -95,7 +78,7 @@ class ModelsView(QWidget):
         top.addWidget(self.context)
         outer.addLayout(top)
         self.filter = QLineEdit()
-        self.filter.setPlaceholderText("Filter models by name, family or repository…")
+        self.filter.setPlaceholderText("Filter models by name, family, repository, variant or source…")
         self.filter.setClearButtonEnabled(True)
         outer.addWidget(self.filter)
         # Said at once on a first run with nothing installed and no network.
@@ -112,33 +95,56 @@ class ModelsView(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
+        self.table.setWordWrap(False)
         header = self.table.horizontalHeader()
+        # Every column as wide as its text; the drafter's (the longest, in full in its tooltip) takes
+        # what is left, so the model names are never the ones cut short.
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        header.setSectionResizeMode(COLUMNS.index("Drafter"), QHeaderView.ResizeMode.Stretch)
+        self.table.setTextElideMode(Qt.TextElideMode.ElideMiddle)
         outer.addWidget(self.table, 1)
         self.settings_panel = ModelSettingsPanel(store)
         outer.addWidget(self.settings_panel)
 
+        # The selected row: what it says in full (the drafter's refusals too), its variants.
         self.detail = QLabel("")
         self.detail.setWordWrap(True)
         self.detail.setStyleSheet("color: #444;")
+        outer.addWidget(self.detail)
         buttons = QHBoxLayout()
+        buttons.addWidget(QLabel("Variant"))
+        self.variant = QComboBox()
+        self.variant.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)
+        self.variant.setToolTip("This model's builds: each GGUF file (precision \"file\") and the safetensors")
+        buttons.addWidget(self.variant)
+        buttons.addStretch(1)
+        self.add_button = QPushButton("Add model file…")
+        self.add_button.setToolTip("Register a .gguf file on this disk (used in place, never copied)")
         self.download_button = QPushButton("Download")
         self.load_button = QPushButton("Load")
         for button in (self.download_button, self.load_button):
             button.setMinimumWidth(120)
-        buttons.addWidget(self.detail, 1)
+        buttons.addWidget(self.add_button)
         buttons.addWidget(self.download_button)
         buttons.addWidget(self.load_button)
         outer.addLayout(buttons)
 
         self.rows: list = []  # FitResult per row, None for a bare default-pair row
         self.installed: frozenset[str] = frozenset()
+        #: Local GGUF models by row id (engine.library.fit_rows.LocalFit: the fit and its drafting).
+        self.local: dict = {}
+        self.local_listed = False  # True once the worker has looked (the screenshot waits for it)
+        #: The variant each catalog model was switched to ("Q8_0", or "safetensors").
+        self.variant_choice: dict[str, str] = {}
+        self._variant_options: list = []
+        self._row_installed: dict[str, bool] = {}
         self.busy = False
         self.table.itemSelectionChanged.connect(self._sync)
         self.table.cellDoubleClicked.connect(lambda *_: self._load())
         self.load_button.clicked.connect(self._load)
         self.download_button.clicked.connect(lambda: self.selected() and self.download_requested.emit(self.selected()))
+        self.add_button.clicked.connect(self.add_model_requested)
+        self.variant.activated.connect(self._variant_chosen)
         self.context.activated.connect(lambda _: self.context_changed.emit(self.context.currentData()))
         self.filter.textChanged.connect(self._apply_filter)
         self.settings_panel.changed.connect(lambda *_: self.refresh())
@@ -160,55 +166,96 @@ class ModelsView(QWidget):
         self.installed = report.installed | ({"default-offline"} if report.default_pair_ready else frozenset())
         self.refresh()
 
+    def show_local(self, fits, added: str | None = None) -> None:
+        """The local GGUF models (app.local_models.LocalModels' rows); ``added``: the file just
+        imported, which becomes the selection."""
+        self.local = {f.fit.entry.id: f for f in fits}
+        self.local_listed = True
+        self.refresh()
+        if added is not None:
+            row = next((r for r, f in enumerate(self.rows) if f is not None and f.entry.id in self.local
+                        and str(self.local[f.entry.id].model.path) == added), None)
+            if row is not None:
+                self.table.selectRow(row)
+
     def set_app_precision(self, precision: str) -> None:
         if precision != self.app_precision:
             self.app_precision = precision
             self.refresh()
 
-    def load_precision(self, entry_id: str) -> str:
-        """The app's precision name ("file", "fast", "exact", "int8", "int4") this model loads at:
-        its own setting; else its own default (the default pair: as in its GGUF file); else 4-bit
-        where the fit chose it (16-bit does not fit the GPU); else the app's."""
+    def _own_precision(self, entry_id: str) -> str:
         own = self.store.get(entry_id).precision or default_precision(entry_id)
         if own:
             return own
         chosen = next((f.precision for f in getattr(self.report, "fits", ()) if f.entry.id == entry_id), None)
         return "int4" if chosen == "int4" else self.app_precision
 
+    def load_precision(self, entry_id: str) -> str:
+        """The app's precision name ("file", "fast", "exact", "int8", "int4") this model loads at:
+        "file" where its row runs a GGUF file; else its own setting; else its own default (the
+        default pair: as in its GGUF file); else 4-bit where the fit chose it (16-bit does not fit
+        the GPU); else the app's."""
+        shown = next((f for f in self.rows if f is not None and f.entry.id == entry_id), None)
+        if shown is not None and (getattr(shown, "gguf", None) is not None or is_local(shown)):
+            return "file"
+        return self._own_precision(entry_id)
+
+    def _variant_for(self, fit):
+        """The GGUF variant this catalog row runs, or None for its safetensors: the user's
+        choice in the variant combo; else none where the model's own precision names a
+        safetensors one; else the recommendation's."""
+        choice = self.variant_choice.get(fit.entry.id)
+        if choice == SAFETENSORS:
+            return None
+        if choice:
+            return next((v for v in fit.entry.variants if v.quant == choice), None)
+        own = self.store.get(fit.entry.id).precision
+        if own and own != "file":
+            return None
+        return getattr(fit, "gguf", None)
+
     def _reassess(self, fit):
-        """The fit at the precision (and context) this model will load at: its own settings."""
+        """The fit at the variant, precision and context this model will load at."""
+        if is_local(fit):
+            return fit
         hw = getattr(self.report, "hardware", None)
-        precision = self.load_precision(fit.entry.id)
         context = self.store.get(fit.entry.id).context or fit.context
-        # "file" (a GGUF file's own blocks) has no memory-fit name yet: its row keeps the fit's precision.
-        short = PRECISION_SHORT.get(precision, fit.precision)
-        precision = precision if precision in PRECISION_SHORT else fit.precision
-        if hw is None or (short == fit.precision and context == fit.context):
+        variant = self._variant_for(fit)
+        if hw is None:
             return fit
         from dataclasses import replace
 
         from engine.models.fit import assess
 
+        if variant is not None:
+            if variant == getattr(fit, "gguf", None) and context == fit.context:
+                return fit
+            result = assess(fit.entry, hw, "file", context, variant=variant)
+            return replace(result, recommended=fit.recommended and result.fit != "none")
+        precision = self._own_precision(fit.entry.id)
+        # "file" without a GGUF variant of its own to run: the safetensors at 16 bits.
+        if precision not in PRECISION_SHORT:
+            precision = fit.precision if fit.precision != "file" else "bf16"
+        short = PRECISION_SHORT.get(precision, precision)
+        if getattr(fit, "gguf", None) is None and short == fit.precision and context == fit.context:
+            return fit
         result = assess(fit.entry, hw, precision, context)
         return replace(result, recommended=fit.recommended and result.fit != "none")
 
     def speed(self, fit):
         """engine.models.decode_speed.SpeedHint for a CPU fit, else None."""
-        hw = getattr(self.report, "hardware", None)
-        if hw is None or fit.device != "cpu" or fit.fit == "none":
-            return None
-        from engine.models.decode_speed import predict_plain_rate
-
-        return predict_plain_rate(hw, fit.estimate.weights, fit.precision)
+        return speed_hint(getattr(self.report, "hardware", None), fit)
 
     def refresh(self) -> None:
-        """Rebuild the rows from the last report: each model at its load precision, best fit
-        first, then the fastest expected."""
-        if self.report is None:
+        """Rebuild the rows from the last report and the local models: each model at its load
+        variant and precision, best fit first, then the fastest expected."""
+        if self.report is None and not self.local:
             return
         keep = self._entry_id(self.selected()) if self.table.currentRow() >= 0 else None
-        fits = [self._reassess(f) for f in self.report.fits]
+        fits = [self._reassess(f) for f in getattr(self.report, "fits", ())]
+        fits += [f.fit for f in self.local.values()]
         speeds = {f.entry.id: self.speed(f) for f in fits}
+        self._row_installed = {f.entry.id: installed_for(f, self.installed) for f in fits}
         # Best fit, then fastest; where no speed is known (a GPU, or no fit), the smallest first.
         fits.sort(key=lambda f: (FIT_ORDER.get(f.fit, 9), -(speeds[f.entry.id].tok_s if speeds[f.entry.id] else 0),
                                  f.estimate.total))
@@ -216,11 +263,11 @@ class ModelsView(QWidget):
         self.table.setRowCount(len(self.rows))
         preselect = 0
         for r, fit in enumerate(self.rows):
-            for c, (text, tip, color) in enumerate(self._cells(fit, speeds.get(self._entry_id(fit)))):
-                item = QTableWidgetItem(text)
-                item.setToolTip(tip)
-                if color:
-                    item.setForeground(QColor(color))
+            for c, cell in enumerate(self._cells(fit, speeds.get(self._entry_id(fit)))):
+                item = QTableWidgetItem(cell.text)
+                item.setToolTip(cell.tip)
+                if cell.color:
+                    item.setForeground(QColor(cell.color))
                     font = QFont()
                     font.setBold(True)
                     item.setFont(font)
@@ -233,57 +280,103 @@ class ModelsView(QWidget):
         self._apply_filter(self.filter.text())
         self._sync()
 
+    def _hay(self, fit) -> str:
+        """What the filter box searches in a row: names, repo, variant, source, drafter."""
+        if fit is None:
+            return "bundled offline qwen"
+        local = self.local.get(fit.entry.id)
+        # A local row's id is its path: folder names would match words they only contain.
+        return " ".join([fit.entry.name, fit.entry.family, fit.entry.target_repo,
+                         "" if local is not None else fit.entry.id, variant_label(fit), source_label(fit),
+                         drafter_cell(fit, local).text]).lower()
+
     def _apply_filter(self, text: str) -> None:
         words = text.lower().split()
         for r, fit in enumerate(self.rows):
-            hay = "bundled offline qwen" if fit is None else " ".join(
-                [fit.entry.name, fit.entry.family, fit.entry.target_repo, fit.entry.id]).lower()
+            hay = self._hay(fit)
             self.table.setRowHidden(r, not all(w in hay for w in words))
+
+    def select_matching(self, text: str) -> bool:
+        """Select the first row whose searchable text holds ``text`` (the screenshot's --select)."""
+        row = next((r for r, f in enumerate(self.rows) if text.lower() in self._hay(f)), None)
+        if row is not None:
+            self.table.selectRow(row)
+        return row is not None
 
     def show_offline(self, message: str) -> None:
         self.offline_notice.setText(message)
         self.offline_notice.setVisible(bool(message))
 
-    def _cells(self, fit, speed=None):
+    def _installed(self, fit) -> bool:
+        if fit is None:
+            return "default-offline" in self.installed
+        return self._row_installed.get(fit.entry.id, fit.entry.id in self.installed)
+
+    def _cells(self, fit, speed=None) -> list[Cell]:
         if fit is None:  # catalog unavailable: still offer the bundled pair
             ready = "default-offline" in self.installed
-            return [("Qwen2.5-Coder 1.5B Instruct (bundled, offline)", "", None), ("1.5B", "", None), ("–", "", None),
-                    ("–", "", None), ("–", "", None), ("Qwen2.5-Coder 0.5B", "", None), (KIND_LABELS["draft_model"], "", None),
-                    ("–", "", None), ("✔" if ready else "not yet", "", None)]
+            return [Cell("Qwen2.5-Coder 1.5B Instruct (bundled, offline)"), Cell("1.5B"), Cell("Q4_K_M"), Cell("–"),
+                    Cell("–"), Cell("–"), Cell("–"), Cell("bundled"), Cell("Qwen2.5-Coder 0.5B"), Cell("–"),
+                    Cell("✔" if ready else "not yet")]
         e = fit.entry
+        local = self.local.get(e.id)
         label, color = FIT_LABELS.get(fit.fit, (fit.fit, None))
         name = e.name + ("  ★ recommended" if fit.recommended else "")
-        est = fit.estimate
-        # The engine's fit reason ends with a speed figure from one 16-bit bandwidth constant;
-        # the Speed column gives the figure for this model's own precision instead.
+        # The engine's fit reason ends with a speed figure; the Speed column gives this variant's.
         reason = fit.reason.split("; ")[0]
-        breakdown = (f"weights {human_bytes(est.weights)} + KV cache {human_bytes(est.kv_cache)} + drafter "
-                     f"{human_bytes(est.drafter)} + runtime {human_bytes(est.overhead)} at {fit.context} tokens, {fit.precision}")
-        drafter = e.drafter_repo.split("/")[-1] if e.drafter_repo else "prompt lookup"
-        installed = e.id in self.installed
+        installed = self._installed(fit)
+        where = str(local.model.path) if local is not None else e.target_repo
+        model_tip = where if local is not None else (
+            f"{e.target_repo} · {e.license}" + (" · gated: needs a Hugging Face login" if e.gated else ""))
+        variant_tip = (f"GGUF {fit.variant}: the file's own quantized weights (precision \"file\")"
+                       if getattr(fit, "gguf", None) is not None else
+                       f"safetensors weights, loaded at {fit.precision}")
         return [
-            (name, f"{e.target_repo} · {e.license}" + (" · gated: needs a Hugging Face login" if e.gated else ""), None),
-            (human_params(e.target_params), "", None),
-            (f"{fit.precision} · {human_bytes(est.total)}", breakdown, None),
-            (label, reason, color),
-            (speed.text() if speed else "–", speed.source if speed else "no CPU figure: it runs on "
-             + ("the GPU" if fit.device != "cpu" else "no device here"), None),
-            (drafter, e.drafter_repo or "n-gram lookup in the prompt and reply; no extra model", None),
-            (KIND_LABELS.get(e.drafter_kind, e.drafter_kind), "", None),
-            (speedup_text(fit.predicted_speedup), "predicted from the drafter kind and the device", None),
-            ("✔" if installed else "–", "", "#188038" if installed else None),
+            Cell(name, model_tip),
+            Cell(human_params(e.target_params)),
+            Cell(variant_label(fit), variant_tip),
+            Cell(*size_text(fit)),
+            memory_cell(fit),
+            Cell(label, reason, color),
+            Cell(speed.text() if speed else "–", speed.source if speed else "no CPU figure: it runs on "
+                 + ("the GPU" if fit.device != "cpu" else "no device here")),
+            Cell(source_label(fit), where),
+            drafter_cell(fit, local),
+            Cell(speedup_text(fit.predicted_speedup), "predicted from the drafter kind and the device"),
+            Cell("✔" if installed else "–", "", "#188038" if installed else None),
         ]
 
     def set_busy(self, busy: bool) -> None:
         self.busy = busy
         self._sync()
 
+    def _offer_variants(self, fit) -> None:
+        """The selected model's builds in the variant combo, its current one selected."""
+        hw = getattr(self.report, "hardware", None)
+        self._variant_options = variant_fits(fit, hw) if fit is not None else []
+        self.variant.clear()
+        for option in self._variant_options:
+            speed = self.speed(option)
+            self.variant.addItem(variant_choice_label(option, speed.text() if speed else ""))
+        current = next((i for i, f in enumerate(self._variant_options) if f.variant == fit.variant), 0) if fit else 0
+        self.variant.setCurrentIndex(current)
+        self.variant.setEnabled(len(self._variant_options) > 1)
+
+    def _variant_chosen(self, index: int) -> None:
+        fit = self.selected()
+        if fit is None or not 0 <= index < len(self._variant_options):
+            return
+        self.variant_choice[fit.entry.id] = self._variant_options[index].variant
+        self.refresh()
+
     def _sync(self) -> None:
         fit = self.selected()
-        installed = self._entry_id(fit) in self.installed
+        installed = self._installed(fit)
         runnable = fit is None or fit.fit != "none"
         self.load_button.setEnabled(not self.busy and installed and runnable and self.table.rowCount() > 0)
-        self.download_button.setEnabled(not self.busy and fit is not None and not installed and fit.entry.id != "default-offline")
+        self.download_button.setEnabled(not self.busy and fit is not None and not installed and not is_local(fit)
+                                        and fit.entry.id != "default-offline")
+        self.add_button.setEnabled(not self.busy)
         # One obvious next step: Load when the model is here, Download when it is not.
         primary = self.load_button if installed or fit is None else self.download_button
         for button in (self.load_button, self.download_button):
@@ -292,8 +385,9 @@ class ModelsView(QWidget):
             button.setStyleSheet("font-weight: 700; padding: 6px 18px;" if button is primary else "")
         self.settings_panel.show_entry(self._entry_id(fit) if self.table.rowCount() else None,
                                        fit.entry.name if fit is not None else "")
+        self._offer_variants(fit)
         if fit is not None:
-            self.detail.setText(f"{fit.entry.name}: {fit.reason.split('; ')[0]}")
+            self.detail.setText(detail_text(fit, self.local.get(fit.entry.id)))
         elif self.table.rowCount():
             self.detail.setText("The bundled pair runs without a network.")
 

@@ -15,11 +15,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import gui_gc, jobs, window_state
+from app import add_model, gui_gc, jobs, window_state
 from app.app_settings import AppSettings, Key
 from app.chat_view import ChatView
 from app.conversations import ConversationStore, describe_set_aside
 from app.demo_view import DemoView
+from app.local_models import ImportFailed, LocalModels, load_local
 from app.messages import DrafterNote, JobEnded, JobEvent, JobFailed, KernelReport, MachineReport, ModelLoaded, Progress
 from app.model_settings import DEFAULT_PAIR, ModelSettingsStore
 from app.models_view import ModelsView
@@ -110,6 +111,7 @@ class MainWindow(QMainWindow):
         col.addWidget(self.speculation)
         col.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
+        self.add_model_action = add_model.install(self)  # File > Add model file…, and the picker's button
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction("&About Tandem", self.show_about)
 
@@ -167,6 +169,7 @@ class MainWindow(QMainWindow):
     def probe(self) -> None:
         # Probing runs beside other jobs' bookkeeping: it is quick and never blocks the UI state.
         self.host.submit("probe", jobs.probe_machine(self.models.context.currentData()))
+        add_model.list_local_models(self)  # LM Studio's, Ollama's, llama.cpp's and imported GGUF files
 
     def _model_settings(self, entry_id: str):
         """The model's own settings, its precision resolved (what the picker shows it at)."""
@@ -212,11 +215,15 @@ class MainWindow(QMainWindow):
         if fit is None or fit.entry.id == "default-offline":
             self.load_default()
             return
+        local = self.models.local.get(fit.entry.id)
+        if local is not None:  # a GGUF file on this disk: it runs as it is, precision "file"
+            self._submit("load", load_local(local, self.model_store.get(fit.entry.id)))
+            return
         from app.downloads import installed_paths  # the hub cache, resolved without network
 
-        paths = installed_paths(fit.entry)
+        paths = installed_paths(fit.entry, fit.gguf)
         if paths is None:
-            self.banner.show_error(f"{fit.entry.name} is not downloaded yet: press Download first.")
+            self.banner.show_error(f"{fit.entry.name} ({fit.variant}) is not downloaded yet: press Download first.")
             return
         settings = self._model_settings(fit.entry.id)
         self._submit("load", jobs.load_models(str(paths[0]), str(paths[1]) if paths[1] else None, settings.precision,
@@ -225,7 +232,8 @@ class MainWindow(QMainWindow):
     def download_entry(self, fit) -> None:
         from app.downloads import download_job
 
-        self._submit("download", download_job(fit.entry))
+        # A GGUF row fetches its variant's file and its drafter's, a safetensors row the repos.
+        self._submit("download", download_job(fit.entry, fit.gguf.quant if fit.gguf is not None else None))
 
     def run_demo(self, prompt: str, settings, drafter: str) -> None:
         if self._submit("demo", jobs.side_by_side(prompt, settings, drafter)):
@@ -290,6 +298,10 @@ class MainWindow(QMainWindow):
             self.server_panel.on_event(payload)
         elif isinstance(payload, Progress):
             self.status.show_progress(payload)
+        elif isinstance(payload, LocalModels):
+            self.models.show_local(payload.fits, payload.added)
+        elif isinstance(payload, ImportFailed):
+            self._fail(payload.message)
         elif isinstance(payload, MachineReport):
             self.last_report = payload
             self.models.show_report(payload)

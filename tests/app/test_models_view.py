@@ -1,5 +1,6 @@
 """The picker shows the real catalog with memory fit for a described machine."""
 from app.messages import MachineReport
+from app.model_rows import FIT, SPEED, VARIANT
 from app.models_view import ModelsView
 
 
@@ -17,10 +18,10 @@ def test_picker_rows_badges_and_recommendation(qtbot):
     selected = view.selected()
     assert selected.recommended and "recommended" in view.table.item(view.table.currentRow(), 0).text()
     assert "RTX 4060" in view.hardware.text() and "RAM 16.0 GB" in view.hardware.text() and "0 cores" not in view.hardware.text()
-    badges = {view.table.item(r, 3).text() for r in range(view.table.rowCount())}
+    badges = {view.table.item(r, FIT).text() for r in range(view.table.rowCount())}
     assert "Fits on GPU" in badges and "Does not fit" in badges
-    none_row = next(r for r in range(view.table.rowCount()) if view.table.item(r, 3).text() == "Does not fit")
-    assert "does not fit" in view.table.item(none_row, 3).toolTip()
+    none_row = next(r for r in range(view.table.rowCount()) if view.table.item(r, FIT).text() == "Does not fit")
+    assert "does not fit" in view.table.item(none_row, FIT).toolTip()
     # The bundled pair is installed: selecting it enables Load, not Download.
     offline = next(r for r, f in enumerate(view.rows) if f.entry.id == "default-offline")
     view.table.selectRow(offline)
@@ -50,7 +51,7 @@ def test_memory_fit_and_speed_follow_the_models_precision(qtbot, app_settings):
     view = ModelsView(ModelSettingsStore(app_settings))
     qtbot.addWidget(view)
     _cpu_report(view)
-    assert "load precision" in view.table.horizontalHeaderItem(2).text()
+    assert view.table.horizontalHeaderItem(VARIANT).text() == "Variant"  # and the precision it loads at
     row = _row(view, "default-offline")
     assert view.load_precision("default-offline") == "file"  # the default pair: its GGUF file, by default
     view.table.selectRow(row)
@@ -58,21 +59,21 @@ def test_memory_fit_and_speed_follow_the_models_precision(qtbot, app_settings):
     panel.precision.setCurrentIndex(panel.precision.findData("fast"))  # its converted folder, bf16
     panel.precision.activated.emit(panel.precision.currentIndex())
     row = _row(view, "default-offline")
-    memory_bf16 = view.table.item(row, 2).text()
+    memory_bf16 = view.table.item(row, VARIANT).text()
     assert memory_bf16.startswith("bf16 · ")
     speed_bf16 = view.speed(view.rows[row]).tok_s
     total_bf16 = view.rows[row].estimate.total
     panel.precision.setCurrentIndex(panel.precision.findData("int4"))
     panel.precision.activated.emit(panel.precision.currentIndex())
     row = _row(view, "default-offline")
-    memory_int4 = view.table.item(row, 2).text()
+    memory_int4 = view.table.item(row, VARIANT).text()
     assert memory_int4.startswith("int4 · ") and memory_int4 != memory_bf16
     assert view.rows[row].estimate.total < 0.7 * total_bf16 and view.rows[row].precision == "int4"
     speed_int4 = view.speed(view.rows[row])
     # Bytes read per token shrink ~3.2x from bf16 to int4; the int4 kernels stream faster too.
     assert speed_int4.tok_s > 3 * speed_bf16 and speed_int4.tok_s > 15
-    assert "int4" in view.table.item(row, 4).toolTip() and "docs/benchmarks" in view.table.item(row, 4).toolTip()
-    assert "tok/s" in view.table.item(row, 4).text()
+    assert "int4" in view.table.item(row, SPEED).toolTip() and "docs/benchmarks" in view.table.item(row, SPEED).toolTip()
+    assert "tok/s" in view.table.item(row, SPEED).text()
     assert view.selected().entry.id == "default-offline"  # the selection survives the re-sort
 
 
