@@ -94,8 +94,10 @@ def _refuse(target: LocalModel, candidate: DrafterCandidate, tokens: _Tokens) ->
                                   f"architecture {candidate.architecture} cannot run as a drafter ({candidate.name})")
         return DrafterRefusal(candidate, "architecture", f"{candidate.name} cannot run as a drafter: {candidate.problem}")
     if not _smaller(candidate, target):
-        return DrafterRefusal(candidate, "larger",
-                              f"drafter larger than target: {candidate.name} has {_size_words(candidate, target)}")
+        as_large = ("the same size as the target (another copy of the model?)"
+                    if (candidate.parameter_count or candidate.file_bytes) == (target.parameter_count or target.file_bytes)
+                    else "larger than target")
+        return DrafterRefusal(candidate, "larger", f"drafter {as_large}: {candidate.name} has {_size_words(candidate, target)}")
     return None
 
 
