@@ -155,7 +155,7 @@ def model_options(p: argparse.ArgumentParser) -> None:
                    help="draft from a reduced LM head (frequent tokens + the request's own) or the full vocabulary")
     p.add_argument("--drafter-precision", choices=["auto", "int8", "int4", "bf16", "fp32"], default="auto",
                    help="drafter weights; auto: int8 where the fast CPU kernel runs, int4 next to an int8 / int4 "
-                        "target (never changes the output)")
+                        "target or a GGUF file (never changes the output)")
     p.add_argument("--draft-vocab-size", type=int, default=DEFAULT_DRAFT_VOCAB,
                    help="tokens kept by the pruned drafter head")
     p.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,

@@ -134,7 +134,7 @@ class DrafterOptions:
 
     head "pruned" scores only ``vocab_size`` frequent tokens (engine.drafters.draft_vocab) plus the
     request's own tokens; "full" scores the whole vocabulary. precision "auto" is int8 weights
-    where a fast int8 kernel runs (CPU; int4 next to an int8 / int4 target, see
+    where a fast int8 kernel runs (CPU; int4 next to an int8 / int4 / GGUF target, see
     engine.models.loading.drafter_weights), else the target's dtype; "int8", "int4", "bf16", "fp32" force one.
     ``min_confidence``: a draft stops early once the drafter's own probability of its next token
     falls below this (0 drafts the full length the controller asks for).

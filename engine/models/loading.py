@@ -255,7 +255,7 @@ def _cache_fits(model: torch.nn.Module, cached: dict[str, torch.Tensor], kind: s
 
 def drafter_weights(requested: str, precision: Precision, device: str = "auto") -> str:
     """Resolve a drafter precision choice: "auto" is int8 where the fast int8 kernel runs, and
-    int4 next to an int8 / int4 target where the int4 kernel runs too.
+    int4 next to an int8 / int4 / GGUF ("file") target where the int4 kernel runs too.
 
     Why int4 there: a quantized target's one-token step is 2-4x cheaper than bf16's, so the
     drafter's step becomes a large share of each pass (c ~0.3 with int8). The int4 drafter reads

@@ -232,7 +232,8 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     file's, engine.models.variants.local_variant) on its own quantized weights: the weights are
     the file's resident bytes (``GgufVariant.resident_bytes``), activations and K/V fp32. Its
     drafter is ``drafter_variant`` (a GGUF file, budgeted the same way) or, without one, the draft
-    model at ``drafter_weights`` (default "int8", the loader's choice on a CPU)."""
+    model at ``drafter_weights`` (default "int8": the loader picks int4 there where its kernel
+    runs, a little smaller, so the budget errs on the safe side)."""
     if context < 1:
         raise ValueError(f"context must be at least 1 token, not {context}")
     precision = canonical_precision(precision)
