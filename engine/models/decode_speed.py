@@ -37,7 +37,10 @@ _SOURCE = {
     "avx2": "calibrated on a 2-core AVX2 EPYC (docs/benchmarks, default 1.5B target)",
 }
 # A GGUF file (precision "file") computes with kernels.gguf_linear: llama.cpp's recipe, integer
-# products per block like the int4 kernel's. Not calibrated on its own yet: int4's figures.
+# products per block like the int4 kernel's, and it reaches int4's bandwidth: on the VNNI machine
+# the default Q4_K_M target (0.98 GB resident) decoded 29.4-33.6 tok/s plain at 2 threads
+# (2026-12-01, load ~1), 14.5-16.5e9 B/s per core against int4's 15.9e9. The AVX2 figure is
+# int4's too, not yet measured on its own.
 for _row in _BANDWIDTH_PER_CORE.values():
     _row["file"] = _row["int4"]
 # One socket's memory caps what many cores reach together.
