@@ -30,10 +30,13 @@ def run(args) -> int:
                            entry.max_context)
         results.append(replace(at_window, context=args.context, fit="none", recommended=False,
                                reason=f"its context window is {entry.max_context} tokens, below the {args.context} asked"))
+    local = [] if args.no_local or args.precision not in (None, "file") else _local_rows(hardware, args.context)
     if args.json:
         # Each row says what runs ("variant": a GGUF quant or "safetensors"), its "file_bytes" and
-        # its "source" ("hub" for the catalog; local files name the app they came from).
-        print(json.dumps({"hardware": hardware.to_dict(), "models": [r.to_dict() for r in results]}, indent=1))
+        # its "source" ("hub" for the catalog; a local file names the app it came from, or
+        # "imported", with its path and how it is drafted for).
+        rows = [r.to_dict() for r in results] + [_local_dict(row) for row in local]
+        print(json.dumps({"hardware": hardware.to_dict(), "models": rows}, indent=1))
         return 0
     gpus = ", ".join(f"{g.name} {human_bytes(g.free_bytes)} free" for g in hardware.gpus) or "no CUDA GPU"
     unified = f", unified memory {human_bytes(hardware.unified_memory)}" if hardware.unified_memory else ""
@@ -47,6 +50,14 @@ def run(args) -> int:
         size = human_bytes(r.file_bytes) if r.file_bytes else "?"
         print(f"{'*' if r.recommended else ' '}  {r.entry.id:<21}{r.entry.drafter_kind:<13}{variant:<13}{size:>9}{r.context:>8}"
               f"{human_bytes(r.estimate.total):>10}  {r.fit:<8}{speedup:<11}{r.reason}")
+    if local:
+        print("\n   GGUF files on this machine (LM Studio, llama.cpp, Ollama, tandem import):")
+        for row in local:
+            r, drafting = row.fit, row.model.drafting
+            drafter = drafting.drafter.name if drafting.drafter is not None else f"prompt lookup ({drafting.reason})"
+            name = row.model.name if len(row.model.name) <= 40 else row.model.name[:39] + "…"
+            print(f"   {name:<41}{r.variant:<9}{human_bytes(r.file_bytes or 0):>9}{human_bytes(r.estimate.total):>10}"
+                  f"  {r.fit:<8}{r.source:<10}drafter: {drafter}")
     if any(r.entry.id == "default-offline" for r in results):
         from engine.cli.common import default_pair_precisions
 
@@ -61,6 +72,23 @@ def run(args) -> int:
     return 0
 
 
+def _local_rows(hardware, context):
+    """The GGUF files found on this machine, weighed like catalog rows (engine.library)."""
+    from engine.library import list_local_models
+    from engine.library.fit_rows import local_fits
+
+    return local_fits(list_local_models(), hardware, context)
+
+
+def _local_dict(row) -> dict:
+    drafting = row.model.drafting
+    return {**row.fit.to_dict(), "path": str(row.model.path),
+            "drafter": drafting.drafter.name if drafting.drafter is not None else None,
+            "drafter_path": str(drafting.drafter.path) if drafting.drafter is not None else None,
+            "drafting_reason": drafting.reason,
+            "refused_drafters": [{"name": r.candidate.name, "why": r.why, "message": r.message} for r in drafting.refusals]}
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("models", help="the model catalog with memory fit and a recommendation for this machine")
     p.add_argument("--context", type=int, default=None, help="context length in tokens (default: the longest that fits)")
@@ -70,4 +98,6 @@ def add_parser(sub) -> None:
     p.add_argument("--hardware", metavar="PROFILE.json",
                    help="plan for a described machine: JSON with ram_gb, gpus [{name, vram_gb}], unified_memory_gb, disk_free_gb")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--no-local", action="store_true",
+                   help="leave out the GGUF files found on this machine (LM Studio, llama.cpp, Ollama, imported)")
     p.set_defaults(func=run)

@@ -18,7 +18,9 @@ FIELDS = {"id", "target_repo", "drafter_repo", "drafter_kind", "precision", "con
 
 def tandem_models(tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, HF_HUB_CACHE=str(tmp_path / "empty-hf-cache"))  # no cached configs leak in
-    return subprocess.run([sys.executable, "-m", "engine.cli", "models", *args], cwd=ROOT, env=env,
+    # --no-local: the catalog's rows only, whatever GGUF files this machine holds (the library's
+    # tests cover those rows).
+    return subprocess.run([sys.executable, "-m", "engine.cli", "models", "--no-local", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
