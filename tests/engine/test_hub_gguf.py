@@ -32,7 +32,7 @@ from engine.hub.download import (
 from engine.hub.gguf_plan import GgufSource, plan_gguf_download, plan_variant_download
 from tests.engine.hub_server import FakeHub
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(300)  # catches a hang; a loaded machine or a first kernel build can take minutes
 from tests.engine.conftest import (  # the served GGUF files (gguf_files)
     DRAFT,
     DRAFT_Q8,
