@@ -28,13 +28,9 @@ PROMPTS = [{"id": "code", "category": "code", "prompt": "def add(a, b):"},
 TEXT = "def add(a, b):\n    return a + b\n\nThe quick brown fox jumps over the lazy dog."
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: a parallel region costs more than the work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny models: one thread (a parallel region costs more than the work); each test's own
+# TANDEM_HOME comes from the root conftest.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

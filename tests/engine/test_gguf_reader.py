@@ -14,11 +14,6 @@ from engine.testing.tiny_gguf import build_model, write_gguf
 from engine.testing.tiny_models import build_tokenizer
 
 
-@pytest.fixture(autouse=True)
-def cache_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_tokenizer()

@@ -17,18 +17,9 @@ from engine.testing.tiny_models import build_tokenizer, perturbed_copy
 PROMPTS = ["def add(a, b):", "The quick brown fox", "for i in range(10):\n"]
 
 
-@pytest.fixture(autouse=True)
-def cache_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "home"))
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: a parallel region costs more than the work (and on a busy machine a lot more)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# Tiny models: one thread (a parallel region costs more than the work); each test's own
+# TANDEM_HOME comes from the root conftest.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
