@@ -5,10 +5,10 @@ import json
 
 
 def run(args) -> int:
-    from engine.models.catalog import load_catalog
     from dataclasses import replace
 
     from engine.core.settings import InvalidRequest
+    from engine.models.catalog import load_catalog
     from engine.models.fit import assess, recommend
     from engine.models.hardware import Hardware, detect_hardware
     from engine.models.memory_fit import human_bytes

@@ -8,7 +8,12 @@ import torch
 
 from engine.gguf import metadata_cache
 from engine.gguf.model import build_model as build_gguf_model
-from engine.gguf.model import check_architecture, check_tensor_types, quantization, read_config
+from engine.gguf.model import (
+    check_architecture,
+    check_tensor_types,
+    quantization,
+    read_config,
+)
 from engine.gguf.reader import GgufError, open_gguf, split_parts
 from engine.testing.tiny_gguf import build_model, write_gguf
 from engine.testing.tiny_models import build_tokenizer

@@ -1,8 +1,13 @@
 import pytest
 import torch
 
-from kernels.verify import active_backend, available_backends, use_backend, verify_greedy, verify_sampled
-from tests.stats_helpers import assert_same_distribution
+from kernels.verify import (
+    active_backend,
+    available_backends,
+    use_backend,
+    verify_greedy,
+    verify_sampled,
+)
 
 
 @pytest.fixture(params=available_backends(), autouse=True)

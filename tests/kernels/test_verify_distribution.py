@@ -8,7 +8,12 @@ running the Triton interpreter through 36,000 trials.
 import pytest
 import torch
 
-from kernels.verify import active_backend, available_backends, use_backend, verify_sampled
+from kernels.verify import (
+    active_backend,
+    available_backends,
+    use_backend,
+    verify_sampled,
+)
 from tests.stats_helpers import assert_same_distribution
 
 
