@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate the README screenshots with the real default pair, offscreen.
+# Regenerate the README screenshots with the real default pair at its default precision (the GGUF file), offscreen.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export QT_QPA_PLATFORM=offscreen
@@ -16,7 +16,7 @@ mkdir -p "$LMS"
 ln -sfn "$TANDEM_HOME/cache/gguf/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" "$LMS/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 HOME="$SHOT_HOME" LLAMA_CACHE="$SHOT_HOME/llama.cpp" OLLAMA_MODELS="$SHOT_HOME/ollama" \
   $PY -m app --tab models --select "LM Studio" --screenshot docs/screenshots/models.png
-$PY -m app --precision fast --max-new-tokens 160 --screenshot docs/screenshots/demo.png \
+$PY -m app --max-new-tokens 160 --screenshot docs/screenshots/demo.png \
   --demo "Write a Python function that sorts a list of dictionaries by the 'age' key, then by 'name', and show an example call."
-$PY -m app --precision fast --max-new-tokens 120 --screenshot docs/screenshots/chat.png \
+$PY -m app --max-new-tokens 120 --screenshot docs/screenshots/chat.png \
   --chat "Write a bash one-liner that counts lines in all .py files under src/."
