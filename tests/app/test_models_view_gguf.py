@@ -6,10 +6,20 @@ from __future__ import annotations
 import pytest
 
 from app.messages import MachineReport
-from app.model_rows import COLUMNS, DRAFTER, FIT, MEMORY, SIZE, SOURCE, VARIANT, installed_for
+from app.model_rows import (
+    COLUMNS,
+    DRAFTER,
+    FIT,
+    MEMORY,
+    SIZE,
+    SOURCE,
+    VARIANT,
+    installed_for,
+)
 from app.models_view import ModelsView
 from engine.models.memory_fit import human_bytes
 from tests.app.conftest import wait_idle
+from tests.local_stores import isolate_local_stores
 
 TARGET = "tiny-org/tiny-target-GGUF/tiny-target-Q4_0"
 OTHER = "tiny-org/other-vocab-GGUF/other-vocab-Q8_0"
@@ -35,18 +45,7 @@ def ggufs(tmp_path_factory):
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    """Every folder the library reads or writes under tmp_path (the compiled kernels stay found)."""
-    from torch.utils.cpp_extension import get_default_build_root
-
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", get_default_build_root())
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "tandem"))
-    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "llama-cache"))
-    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    return home
+    return isolate_local_stores(tmp_path, monkeypatch)
 
 
 def _cpu_report(view):

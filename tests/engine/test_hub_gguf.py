@@ -12,7 +12,6 @@ import threading
 import types
 
 import pytest
-import torch
 
 from engine.cli import main as cli_main
 from engine.hub import transfer
@@ -32,7 +31,7 @@ from engine.hub.download import (
 from engine.hub.gguf_plan import GgufSource, plan_gguf_download, plan_variant_download
 from tests.engine.hub_server import FakeHub
 
-pytestmark = pytest.mark.timeout(300)  # catches a hang; a loaded machine or a first kernel build can take minutes
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("one_torch_thread")]  # catches a hang; a loaded machine or a first kernel build can take minutes
 from tests.engine.conftest import (  # the served GGUF files (gguf_files)
     DRAFT,
     DRAFT_Q8,
@@ -41,15 +40,6 @@ from tests.engine.conftest import (  # the served GGUF files (gguf_files)
 )
 
 REPO, DRAFTER_REPO = "org/tiny-GGUF", "org/tiny-drafter-GGUF"
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: a parallel region costs more than the work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def split_part(i: int) -> str:

@@ -12,31 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.local_stores import isolate_local_stores
+
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path, monkeypatch):
-    from torch.utils.cpp_extension import get_default_build_root
-
-    # The compiled kernels live under the real home's cache: keep finding them there (else
-    # the first GGUF load under the fake home compiles them again, for minutes).
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", get_default_build_root())
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("TANDEM_HOME", str(tmp_path / "tandem"))
-    monkeypatch.setenv("LLAMA_CACHE", str(tmp_path / "llama-cache"))
-    monkeypatch.setenv("OLLAMA_MODELS", str(tmp_path / "ollama"))
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    return home
+    return isolate_local_stores(tmp_path, monkeypatch)
 
 
-@pytest.fixture(autouse=True, scope="package")
-def one_thread():
+@pytest.fixture(autouse=True)
+def tiny_models_on_one_thread(one_torch_thread):
     """Tiny models: a parallel region costs more than the work."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _truncated_copy(model, layers: int):
