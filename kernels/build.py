@@ -10,12 +10,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
 import torch
+from filelock import FileLock
 
 KERNELS = Path(__file__).parent
+TORCH_LOCK = "lock"  # torch's FileBaton in a build dir
 PREBUILT = "prebuilt"  # the folder, next to a package's source, that a packaged app ships its module in
 
 
@@ -41,15 +44,29 @@ def compile_avx2(name: str, source: Path, headers: tuple[Path, ...] = (), extra_
         return load_prebuilt(name, source.with_name(PREBUILT))
     from torch.utils.cpp_extension import load
 
+    build_dir = build_directory(name, source, headers)
+    build_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(build_dir.with_name(build_dir.name + ".tandem-lock")):
+        (build_dir / TORCH_LOCK).unlink(missing_ok=True)  # a process killed inside torch's load left it
+        return load(
+            name=build_dir.name,
+            sources=[str(source)],
+            extra_include_paths=sorted({str(h.parent) for h in headers}),
+            extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", *extra_cflags],
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(build_dir),
+            verbose=False,
+        )
+
+
+def build_directory(name: str, source: Path, headers: tuple[Path, ...] = ()) -> Path:
+    """Where torch builds ``source``: its extensions root (``TORCH_EXTENSIONS_DIR`` or its
+    default), the Python version's folder, then the name with its digest."""
+    from torch.utils.cpp_extension import get_default_build_root
+
     digest = hashlib.sha256(str(source).encode() + source.read_bytes() + b"".join(h.read_bytes() for h in headers))
-    return load(
-        name=f"{name}_{digest.hexdigest()[:10]}",
-        sources=[str(source)],
-        extra_include_paths=sorted({str(h.parent) for h in headers}),
-        extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", *extra_cflags],
-        extra_ldflags=["-fopenmp"],
-        verbose=False,
-    )
+    root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root())
+    return root / f"py{sys.version_info.major}{sys.version_info.minor}_cpu" / f"{name}_{digest.hexdigest()[:10]}"
 
 
 def avx2_extension(name: str, source, uses: tuple[str, ...] = (), extra_cflags: tuple[str, ...] = ()):
