@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.core.paths import cache_dir
 from engine.models import catalog
 from engine.models.catalog import (
     CatalogError,
@@ -127,7 +128,7 @@ def write_safetensors(path: Path, shapes: dict[str, list[int]], dtype: str = "BF
 
 
 def test_tandem_converted_config_and_weights_override_the_catalog(tmp_path, hf_cache):
-    folder = catalog.cache_dir() / "models" / "qwen2.5-coder-1.5b-instruct"
+    folder = cache_dir() / "models" / "qwen2.5-coder-1.5b-instruct"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(QWEN_CONFIG))
     write_safetensors(folder / "model.safetensors", {"a": [1000, 1000], "b": [500]})
