@@ -73,11 +73,12 @@ def import_file(path: str, context: int | None = None):
 
 
 def load_local(local_fit, settings=None):
-    """Load a local model from its file (precision "file": its own quantized blocks) with the
-    drafter the library matched; ``settings``: the model's own (drafter choice, threads)."""
+    """Load a local model from its file with the drafter the library matched; ``settings``: the
+    model's own (precision, drafter choice, threads). A .gguf target loads at precision "file"
+    only (its own quantized blocks): the settings' store offers no other (model_settings)."""
     from app import jobs
 
-    precision = "file"
+    precision = settings.precision if settings is not None and settings.precision else "file"
     if settings is not None:
         settings = replace(settings, precision=precision)
 

@@ -17,17 +17,29 @@ DRAFTERS = [("Draft model", "model"), ("Prompt lookup", "lookup"), ("Off (plain 
 CONTEXTS = [0, 2048, 4096, 8192, 16384, 32768]
 # The engine's precision names, as catalog.canonical_precision reads them, for labels.
 PRECISION_SHORT = {"fast": "bf16", "exact": "fp32", "int8": "int8", "int4": "int4"}
+# The ids of GGUF files found on this machine (engine.library.fit_rows.LOCAL_ID_PREFIX, which
+# imports torch: not on the GUI thread).
+LOCAL_ID_PREFIX = "local:"
 
 
-def precision_choices(entry_id: str | None) -> list[tuple[str, str]]:
+def is_local_file(entry_id: str | None) -> bool:
+    return bool(entry_id) and entry_id.startswith(LOCAL_ID_PREFIX)
+
+
+def precision_choices(entry_id: str | None, quantization: str = "") -> list[tuple[str, str]]:
     """(label, precision) pairs the precision combo offers for a model, named by the engine
     (engine.models.precision_labels): the default pair came from a GGUF file, so its own
     quantization comes first ("As in the file (Q4_K_M)", its default) and the others say they
-    dequantize or re-quantize it; any other model follows the app's choice unless told otherwise."""
+    dequantize or re-quantize it (from its converted folder); a GGUF file found on this machine
+    runs as the file alone (a .gguf target loads at precision "file" only: engine.models.loading,
+    and no converted folder stands for it), ``quantization`` naming it ("Q4_0"); any other
+    model follows the app's choice unless told otherwise."""
     from engine.models.precision_labels import choices
 
     if entry_id == DEFAULT_PAIR:
         return choices(default_pair_quantization(), with_file=True)
+    if is_local_file(entry_id):
+        return choices(quantization, with_file=True)[:1]
     return [FOLLOW_APP, *choices(None)]
 
 
@@ -43,7 +55,10 @@ def default_pair_quantization() -> str:
 
 def default_precision(entry_id: str | None) -> str:
     """What a model with no precision of its own loads at: the default pair, its default
-    (engine.models.default_pair.DEFAULT_PRECISION); any other model, "" (the app's choice)."""
+    (engine.models.default_pair.DEFAULT_PRECISION); a GGUF file on this machine, the file's own
+    ("file"); any other model, "" (the app's choice)."""
+    if is_local_file(entry_id):
+        return "file"
     if entry_id == DEFAULT_PAIR:
         from engine.models import default_pair
 
@@ -153,12 +168,14 @@ class ModelSettingsPanel(QGroupBox):
         self.reset.clicked.connect(self._reset)
         self.setEnabled(False)
 
-    def show_entry(self, entry_id: str | None, name: str = "") -> None:
+    def show_entry(self, entry_id: str | None, name: str = "", quantization: str = "") -> None:
+        """Show ``entry_id``'s settings; ``quantization``: the GGUF file's ("Q4_0") when the
+        row is a file on this machine, for its one precision's label."""
         self.entry_id = None  # no saving while the widgets are filled in
         self.setTitle(f"Settings for {name}" if name else "Settings for the selected model")
         self.setEnabled(entry_id is not None)
         s = self.store.get(entry_id) if entry_id else ModelSettings()
-        self._offer_precisions(entry_id)
+        self._offer_precisions(entry_id, quantization)
         self.precision.setCurrentIndex(max(0, self.precision.findData(s.precision or default_precision(entry_id))))
         self.context.setCurrentIndex(max(0, self.context.findData(s.context)))
         self.drafter.setCurrentIndex(max(0, self.drafter.findData(s.drafter)))
@@ -166,13 +183,14 @@ class ModelSettingsPanel(QGroupBox):
         self.threads.setValue(s.threads)
         self.entry_id = entry_id
 
-    def _offer_precisions(self, entry_id: str | None) -> None:
-        wanted = precision_choices(entry_id)
+    def _offer_precisions(self, entry_id: str | None, quantization: str = "") -> None:
+        wanted = precision_choices(entry_id, quantization)
         have = [(self.precision.itemText(i), self.precision.itemData(i)) for i in range(self.precision.count())]
         if have != wanted:
             self.precision.clear()
             for label, value in wanted:
                 self.precision.addItem(label, value)
+        self.precision.setEnabled(len(wanted) > 1)  # one way to run it: nothing to choose
 
     def value(self) -> ModelSettings:
         return ModelSettings(self.precision.currentData(), self.context.currentData(), self.drafter.currentData(),

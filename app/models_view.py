@@ -384,7 +384,8 @@ class ModelsView(QWidget):
             button.setVisible(button is primary)
             button.setStyleSheet("font-weight: 700; padding: 6px 18px;" if button is primary else "")
         self.settings_panel.show_entry(self._entry_id(fit) if self.table.rowCount() else None,
-                                       fit.entry.name if fit is not None else "")
+                                       fit.entry.name if fit is not None else "",
+                                       fit.variant if is_local(fit) else "")
         self._offer_variants(fit)
         if fit is not None:
             self.detail.setText(detail_text(fit, self.local.get(fit.entry.id)))

@@ -171,6 +171,38 @@ def test_load_runs_a_discovered_file_with_its_drafter(qtbot, app_settings, home,
     assert not window.banner.isVisible(), window.banner.text.text()
 
 
+def test_a_local_gguf_row_offers_the_one_precision_its_load_honours(qtbot, app_settings, home, ggufs):
+    # A .gguf target loads at precision "file" only (engine.models.loading refuses any other):
+    # the row's precision combo offers that, named for the file, and it is what the load asks.
+    from app.model_settings import LOCAL_ID_PREFIX, ModelSettings, ModelSettingsStore
+    from engine.library.fit_rows import LOCAL_ID_PREFIX as ENGINE_PREFIX
+    from tests.engine.library.conftest import place_lmstudio
+
+    assert LOCAL_ID_PREFIX == ENGINE_PREFIX
+    path = place_lmstudio(home, ggufs["target"], "tiny-org", "tiny-target-GGUF")
+    # What an earlier picker let this row save: a precision its load ignored.
+    ModelSettingsStore(app_settings).set(LOCAL_ID_PREFIX + str(path), ModelSettings(precision="int8"))
+    window = _window(qtbot, app_settings)
+    view = window.models
+    qtbot.waitUntil(lambda: TARGET in _local_rows(view), timeout=60_000)
+    view.table.selectRow(_local_rows(view)[TARGET])
+    combo = view.settings_panel.precision
+    assert [(combo.itemText(i), combo.itemData(i)) for i in range(combo.count())] == [("As in the file (Q4_0)", "file")]
+    assert combo.currentData() == "file" and not combo.isEnabled()
+    assert view.load_precision(view.selected().entry.id) == "file"
+    with qtbot.waitSignal(window.model_loaded, timeout=300_000) as loaded:  # a kernel build may run first
+        view.load_button.click()
+    event = loaded.args[0]
+    assert event.precision == "file" and event.settings.precision == "file"
+    assert event.target_path == str(path)
+    wait_idle(qtbot, window)
+    assert not window.banner.isVisible(), window.banner.text.text()
+    # A catalog row still offers the folder precisions (and the app's choice).
+    qtbot.waitUntil(lambda: view.report is not None, timeout=60_000)
+    view.table.selectRow(next(r for r, f in enumerate(view.rows) if f is not None and f.entry.id not in view.local))
+    assert combo.count() == 5 and combo.isEnabled() and combo.itemData(0) == ""
+
+
 def test_add_model_file_adds_an_imported_row(qtbot, app_settings, home, ggufs):
     from app.add_model import add_model_file
 
