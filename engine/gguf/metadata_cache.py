@@ -1,10 +1,11 @@
 """What a GGUF file's header yields, kept in the app's cache dir so the next load skips it.
 
-Parsing the header is slow where the vocabulary is large: for the default target (151,936
-tokens, 151,387 merges) gguf-py's reader takes ~7 s, transformers' config ~7 s more and its
-tokenizer conversion ~10 s, each re-reading the same header. All three are functions of the
-header bytes alone, so one cache entry per file holds them: the tensor table (names, types,
-shapes, byte ranges), the scalar metadata, the transformers config and the tokenizer.
+What is made from the header is slow where the vocabulary is large: for the default target
+(151,936 tokens, 151,387 merges) transformers' config takes ~7 s and its tokenizer conversion
+~10 s, each re-reading the header with gguf-py (engine.gguf.header's own parse takes ~30 ms).
+All of it is a function of the header bytes alone, so one cache entry per file holds it: the
+tensor table (names, types, shapes, byte ranges), the scalar metadata, the transformers config
+and the tokenizer.
 
 An entry is used only while every part's header is byte-for-byte the one it was made from (its
 sha256 is checked on each load: ~6 MB read, milliseconds); otherwise it is rebuilt. The tensor
@@ -20,7 +21,15 @@ import shutil
 from pathlib import Path
 
 from engine.core.paths import cache_dir
-from engine.gguf.reader import GgufError, GgufFile, LongArray, from_table, open_gguf, split_parts, table_of
+from engine.gguf.reader import (
+    GgufError,
+    GgufFile,
+    LongArray,
+    from_table,
+    open_gguf,
+    split_parts,
+    table_of,
+)
 
 log = logging.getLogger(__name__)
 

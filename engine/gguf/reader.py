@@ -1,9 +1,10 @@
 """Open a GGUF file (or a split set) memory-mapped: its metadata and zero-copy views of its tensors.
 
-gguf-py's ``GGUFReader`` parses the file (it memory-maps it; nothing is read until touched).
-Each tensor comes out as a torch view over that mapping: quantized tensors as uint8
-``[rows, row_bytes]`` (one row = one output row of a matrix, a whole number of blocks), F32 /
-F16 / BF16 ones in their own dtype. The mapping is copy-on-write (``mode="c"``): pages stay the
+engine.gguf.header parses the header (gguf-py's ``GGUFReader`` gives the same values, but
+takes ~9 s over a vocabulary's 150k-item arrays); nothing of the tensor data is read until
+touched. Each tensor comes out as a torch view over a memory map of the file: quantized tensors
+as uint8 ``[rows, row_bytes]`` (one row = one output row of a matrix, a whole number of
+blocks), F32 / F16 / BF16 ones in their own dtype. The mapping is copy-on-write (``mode="c"``): pages stay the
 file's (the OS may drop and re-read them) and a stray write can never reach the file.
 
 Split models (``name-00001-of-00003.gguf``, llama.cpp's gguf-split) are opened as one: any of
@@ -15,7 +16,6 @@ truncated, a tensor type or architecture Tandem cannot run, missing metadata).
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,18 +23,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engine.gguf.header import SPLIT_NAME, GgufError, LongArray, read_split, split_parts
+
+__all__ = ["SPLIT_NAME", "GgufError", "GgufFile", "GgufTensor", "LongArray", "from_table", "is_gguf", "open_gguf",
+           "split_parts", "table_of"]
+
 log = logging.getLogger(__name__)
 
-# llama.cpp's gguf-split naming: model-00001-of-00003.gguf
-SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
-# Metadata arrays longer than this (the vocabulary, merges) are not copied into ``metadata``:
-# parsing 150k strings into Python objects takes seconds and only the tokenizer needs them.
-_MAX_ARRAY = 64
 _DENSE = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
-
-
-class GgufError(ValueError):
-    """A GGUF file Tandem cannot open or run; the message names the file and says why."""
 
 
 @dataclass(frozen=True)
@@ -102,87 +98,13 @@ def is_gguf(path: Path | str) -> bool:
     return str(path).lower().endswith(".gguf")
 
 
-def split_parts(path: Path) -> tuple[Path, ...]:
-    """Every part of a split model given any one of them; just ``path`` when it is not split."""
-    path = Path(path)
-    match = SPLIT_NAME.match(path.name)
-    if match is None:
-        return (path,)
-    count = int(match["count"])
-    parts = tuple(path.with_name(f"{match['stem']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1))
-    missing = [p.name for p in parts if not p.exists()]
-    if missing:
-        raise GgufError(f"{path.name} is part of a {count}-part model, but {', '.join(missing)} "
-                        f"{'is' if len(missing) == 1 else 'are'} missing from {path.parent}")
-    return parts
-
-
 def open_gguf(path: Path | str) -> GgufFile:
     """Open a GGUF file (or the split set it belongs to) without reading its tensor data."""
-    path = Path(path)
-    if not path.exists():
-        raise GgufError(f"{path} does not exist")
-    parts = split_parts(path)
-    metadata: dict[str, object] = {}
-    tensors: dict[str, GgufTensor] = {}
-    offsets, maps = [], []
-    for index, part in enumerate(parts):
-        reader = _read(part)
-        maps.append(reader.data)
-        offsets.append(int(reader.data_offset))
-        if index == 0:
-            metadata = _scalar_fields(reader)
-        for tensor in reader.tensors:
-            if tensor.name in tensors:
-                raise GgufError(f"{part.name}: tensor {tensor.name} appears twice in the split model")
-            tensors[tensor.name] = _tensor(tensor, part)
-    _check_split(parts, metadata, len(tensors))
-    return GgufFile(parts, metadata, tensors, tuple(offsets), maps)
-
-
-def _read(path: Path):
-    """gguf-py's reader over ``path``, with its failures turned into messages about the file."""
-    from gguf import GGUFReader
-    from gguf.constants import GGUF_MAGIC
-
-    size = path.stat().st_size
-    if size < 24:
-        raise GgufError(f"{path.name} is not a GGUF file: it is only {size} bytes long")
-    with open(path, "rb") as f:
-        magic = int.from_bytes(f.read(4), "little")
-    if magic != GGUF_MAGIC:
-        raise GgufError(f"{path.name} is not a GGUF file (bad magic {magic:#010x}; expected 'GGUF'): "
-                        "it may be corrupted or another format")
-    try:
-        reader = GGUFReader(path, "c")
-    except ValueError as exc:
-        # gguf-py names the enum for unknown tensor types ("... is not a valid GGMLQuantizationType").
-        if "GGMLQuantizationType" in str(exc):
-            raise GgufError(f"{path.name} holds a tensor type this gguf library does not know ({exc}); "
-                            "it may come from a newer llama.cpp") from exc
-        raise GgufError(f"{path.name} is truncated or corrupted ({_reason(exc, size)})") from exc
-    except (IndexError, KeyError, OverflowError, UnicodeDecodeError, MemoryError) as exc:
-        raise GgufError(f"{path.name} is truncated or corrupted ({_reason(exc, size)})") from exc
-    for tensor in reader.tensors:
-        end = int(tensor.data_offset) + int(tensor.n_bytes)
-        if end > size:
-            raise GgufError(f"{path.name} is truncated: tensor {tensor.name} ends at byte {end:,} "
-                            f"but the file has {size:,} bytes")
-    return reader
-
-
-def _reason(exc: Exception, size: int) -> str:
-    text = str(exc)
-    if "reshape" in text or "out of bounds" in text or "index" in text.lower():
-        return f"its header or tensor data runs past the end of the file at {size:,} bytes"
-    return text or type(exc).__name__
-
-
-def _tensor(tensor, path: Path) -> GgufTensor:
-    shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
-    raw = np.asarray(tensor.data).reshape(-1).view(np.uint8)
-    return GgufTensor(tensor.name, tensor.tensor_type.name, shape, _view(raw, tensor.tensor_type.name, shape), path,
-                      int(tensor.data_offset))
+    headers = read_split(path)
+    table = [{"name": t.name, "type": t.type_name, "shape": list(t.shape), "part": i, "offset": t.offset,
+              "nbytes": t.nbytes} for i, header in enumerate(headers) for t in header.tensors]
+    return from_table(tuple(h.path for h in headers), headers[0].metadata, table,
+                      tuple(h.data_offset for h in headers))
 
 
 def _view(raw: np.ndarray, type_name: str, shape: tuple[int, ...]) -> torch.Tensor:
@@ -196,9 +118,10 @@ def _view(raw: np.ndarray, type_name: str, shape: tuple[int, ...]) -> torch.Tens
 
 def from_table(parts: tuple[Path, ...], metadata: dict[str, object], table: list[dict],
                data_offsets: tuple[int, ...]) -> GgufFile:
-    """Open ``parts`` from a tensor table saved earlier (engine.gguf.metadata_cache) without
-    parsing their headers again: each entry gives a tensor's name, type, shape, part and byte
-    range. The caller has checked that the headers are the ones the table was made from."""
+    """Open ``parts`` from a tensor table (their headers' just read, or one saved earlier by
+    engine.gguf.metadata_cache, so the headers need no parsing): each entry gives a tensor's
+    name, type, shape, part and byte range. The caller has checked that the headers are the
+    ones the table was made from."""
     maps = [np.memmap(p, mode="c") for p in parts]
     tensors = {}
     for entry in table:
@@ -218,36 +141,3 @@ def table_of(file: GgufFile) -> list[dict]:
     index = {p: i for i, p in enumerate(file.paths)}
     return [{"name": t.name, "type": t.type_name, "shape": list(t.shape), "part": index[t.path], "offset": t.offset,
              "nbytes": t.nbytes} for t in file.tensors.values()]
-
-
-def _scalar_fields(reader) -> dict[str, object]:
-    from gguf import GGUFValueType
-
-    values: dict[str, object] = {}
-    for key, reader_field in reader.fields.items():
-        if reader_field.types and reader_field.types[0] == GGUFValueType.ARRAY and len(reader_field.data) > _MAX_ARRAY:
-            values[key] = LongArray(len(reader_field.data))
-            continue
-        try:
-            values[key] = reader_field.contents()
-        except (ValueError, IndexError, TypeError, UnicodeDecodeError) as exc:
-            raise GgufError(f"{Path(reader.data.filename).name}: metadata '{key}' is unreadable ({exc})") from exc
-    return values
-
-
-@dataclass(frozen=True)
-class LongArray:
-    """Stands in for a long metadata array in ``GgufFile.metadata`` (its length only)."""
-
-    length: int
-
-
-def _check_split(parts: tuple[Path, ...], metadata: dict, n_tensors: int) -> None:
-    if len(parts) == 1:
-        return
-    count = metadata.get("split.count")
-    if count is not None and int(count) != len(parts):
-        raise GgufError(f"{parts[0].name} says the model has {count} parts, its name says {len(parts)}")
-    expected = metadata.get("split.tensors.count")
-    if expected is not None and int(expected) != n_tensors:
-        raise GgufError(f"{parts[0].name}: the split model should hold {expected} tensors, its parts hold {n_tensors}")
