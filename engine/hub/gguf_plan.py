@@ -179,12 +179,12 @@ def choose_variant(entry, name: str):
 
 def drafter_variant_for(entry, target_variant):
     """The drafter's GGUF variant to pair with ``target_variant``: the same quantization when
-    the catalog has it, else the first the catalog lists (its choice); None when it has none."""
+    the catalog has it, else the first the catalog lists (its choice); None when it has none
+    (engine.models.variants.paired_drafter_variant: the memory fit budgets the same file)."""
+    from engine.models.variants import paired_drafter_variant
+
     _, drafters = catalog_variants(entry)
-    for v in drafters:
-        if v.quant.lower() == target_variant.quant.lower():
-            return v
-    return drafters[0] if drafters else None
+    return paired_drafter_variant(target_variant, drafters)
 
 
 def plan_variant_download(repo_or_id: str, variant: str, drafter: bool = True, *, revision: str = "main",

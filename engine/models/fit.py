@@ -31,7 +31,7 @@ from engine.models.memory_fit import (
     MemoryEstimate,
     estimate_memory,
 )
-from engine.models.variants import GGUF_DEVICES, SAFETENSORS, GgufVariant
+from engine.models.variants import GGUF_DEVICES, SAFETENSORS, GgufVariant, paired_drafter_variant
 
 #: Where a model's files come from (FitResult.source): the Hub (catalog entries), PyPI (the
 #: offline default pair), or a file found on this machine, by the app that put it there.
@@ -128,33 +128,50 @@ def _gb(n: int) -> str:
     return f"{n / GB:.1f} GB"
 
 
+# The offline default pair's drafter runs from its converted folder next to either target, its
+# GGUF file or its converted one (engine.models.default_pair.prepare_pair: the int8 / int4
+# drafters built from it are the measured ones); the loader quantizes it.
+CONVERTED_DRAFTER_SOURCES = ("pypi",)
+
+
 def drafter_variant_for(entry: CatalogEntry, variant: GgufVariant | None) -> GgufVariant | None:
-    """The drafter file next to a GGUF target: the drafter's smallest GGUF build (the catalog
-    lists them smallest first); None for a safetensors target, or a drafter without one (the
-    loader then quantizes the draft model itself)."""
-    if variant is None or entry.drafter_kind != "draft_model" or not entry.drafter_variants:
+    """The drafter file the app loads next to a GGUF target, which the loader runs on its own
+    blocks: the one the download pairs with ``variant`` (``paired_drafter_variant``: the same
+    quantization, else the catalog's first); None for a safetensors target, a drafter without a
+    GGUF build, or the offline pair (CONVERTED_DRAFTER_SOURCES): the loader then quantizes the
+    draft model itself, and the fit budgets it so (memory_fit.auto_drafter_budget)."""
+    if variant is None or entry.drafter_kind != "draft_model" or entry.source in CONVERTED_DRAFTER_SOURCES:
         return None
-    return min(entry.drafter_variants, key=lambda v: v.file_bytes)
+    return paired_drafter_variant(variant, entry.drafter_variants)
+
+
+def cpu_kernels_for(hardware: Hardware) -> bool | None:
+    """Whether the quantized CPU kernels (AVX2) run on ``hardware``, for the drafter's budget:
+    not on a Mac with unified memory (Apple silicon); on a described machine, as on the x86-64
+    CPUs the speed figures assume; on this one, memory_fit's guess (None)."""
+    if hardware.is_apple:
+        return False
+    return True if hardware.source == "profile" else None
 
 
 def _estimate(entry: CatalogEntry, precision: str, context: int, device: Device,
-              variant: GgufVariant | None) -> MemoryEstimate:
+              variant: GgufVariant | None, cpu_kernels: bool | None = None) -> MemoryEstimate:
     return estimate_memory(entry, precision, context, device, variant=variant,
-                           drafter_variant=drafter_variant_for(entry, variant))
+                           drafter_variant=drafter_variant_for(entry, variant), cpu_kernels=cpu_kernels)
 
 
 def _fits(entry: CatalogEntry, precision: str, context: int, device: Device, budget: int,
-          variant: GgufVariant | None = None) -> bool:
-    return _estimate(entry, precision, context, device, variant).total + headroom(budget) <= budget
+          variant: GgufVariant | None = None, cpu_kernels: bool | None = None) -> bool:
+    return _estimate(entry, precision, context, device, variant, cpu_kernels).total + headroom(budget) <= budget
 
 
 def _context_for(entry: CatalogEntry, precision: str, device: Device, budget: int,
-                 variant: GgufVariant | None = None) -> int | None:
+                 variant: GgufVariant | None = None, cpu_kernels: bool | None = None) -> int | None:
     """The longest context from CONTEXT_LADDER (within the model's limit) that fits ``device``
     with headroom, or None when even the shortest doesn't."""
     limit = entry.max_context or CONTEXT_LADDER[0]
     ladder = [c for c in CONTEXT_LADDER if c <= limit] or [limit]
-    return next((c for c in ladder if _fits(entry, precision, c, device, budget, variant)), None)
+    return next((c for c in ladder if _fits(entry, precision, c, device, budget, variant, cpu_kernels)), None)
 
 
 def assess(entry: CatalogEntry, hardware: Hardware, precision: str = "bf16", context: int | None = None,
@@ -174,12 +191,13 @@ def assess(entry: CatalogEntry, hardware: Hardware, precision: str = "bf16", con
         precision = FILE_PRECISION
         devices = [d for d in (devices if devices is not None else GGUF_DEVICES) if d in GGUF_DEVICES]
     budgets = [b for b in device_budgets(hardware) if devices is None or b[0] in devices]
+    kernels = cpu_kernels_for(hardware)
     if not budgets:
         raise ValueError(f"this machine has none of the devices {sorted(devices or ())}")
     chosen = None
     if context is None:
         for device, budget, label in budgets:
-            found = _context_for(entry, precision, device, budget, variant)
+            found = _context_for(entry, precision, device, budget, variant, kernels)
             if found is not None:
                 context, chosen = found, (device, budget, label, device)
                 break
@@ -187,7 +205,7 @@ def assess(entry: CatalogEntry, hardware: Hardware, precision: str = "bf16", con
             context = min(MIN_CONTEXT, entry.max_context or MIN_CONTEXT)
     elif context < 1:
         raise ValueError(f"context must be at least 1 token, not {context}")
-    estimates = {device: _estimate(entry, precision, context, device, variant) for device, _, _ in budgets}
+    estimates = {device: _estimate(entry, precision, context, device, variant, kernels) for device, _, _ in budgets}
     if chosen is None:  # comfortable fits first, best device first
         chosen = next(((d, b, label, d) for d, b, label in budgets if estimates[d].total + headroom(b) <= b), None)
     if chosen is None:

@@ -12,6 +12,7 @@ import torch
 from engine.core.heap import release_freed_memory
 from engine.core.settings import Precision
 from engine.gguf import is_gguf
+from engine.models.drafter_choice import auto_drafter_weights
 from engine.models.fast_linear import accelerate_linears
 from engine.models.invariant_attention import use_batch_invariant_attention
 from engine.models.placement import check_fits, dtype_for, pick_device, weights_name  # noqa: F401  (pick_device, dtype_for: re-exported)
@@ -269,11 +270,12 @@ def drafter_weights(requested: str, precision: Precision, device: str = "auto") 
     if requested != "auto":
         return requested
     dev = pick_device(device)
-    if dev.type == "cpu" and int8_available():
-        return "int4" if precision in ("int8", "int4", "file") and int4_available() else "int8"
-    if precision == "int4" and int4pack.unsupported_reason(dev) is None:
-        return "int4"  # next to a 4-bit target on a GPU / Mac: the pair's memory is what limits there
-    return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype_for(precision, dev)]
+    on_cpu = dev.type == "cpu"
+    # The rule itself is torch-free (engine.models.drafter_choice): the memory fit budgets by it.
+    chosen = auto_drafter_weights(precision, on_cpu, int8_kernel=on_cpu and int8_available(),
+                                  int4_kernel=on_cpu and int4_available(),
+                                  int4pack=int4pack.unsupported_reason(dev) is None)
+    return chosen or {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype_for(precision, dev)]
 
 
 def same_vocabulary(target_tokenizer, drafter_tokenizer) -> bool:

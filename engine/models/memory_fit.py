@@ -15,9 +15,10 @@ An estimate has four parts (bytes):
                unread (engine.models.variants.GgufVariant.resident_bytes)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
                per token, sliding-window layers holding at most their window
-    drafter    a separate draft model: its weights (at ``drafter_weights``: "int8" / "int4" are the
+    drafter    a separate draft model: its weights (at ``drafter_weights``, by default what the
+               loader's "auto" picks, engine.models.drafter_choice: "int8" / "int4" are the
                engine's quantized drafters, linear layers int8 / int4 and the embedding and head
-               left at bf16) and its
+               left at bf16; a GGUF drafter file its resident bytes) and its
                own K/V cache; a Gemma 4 assistant:
                weights only (it reads the target's K/V); MTP heads: inside the target (0);
                prompt lookup: 0
@@ -39,6 +40,7 @@ from typing import Literal
 
 from engine.models.architecture import Architecture, estimate_params
 from engine.models.catalog import FILE_PRECISION, CatalogEntry, canonical_precision, weight_bytes
+from engine.models.drafter_choice import auto_drafter_weights, cpu_kernels_expected
 from engine.models.hardware import GB
 from engine.models.variants import GgufVariant
 
@@ -214,6 +216,20 @@ def quantized_drafter_bytes(params: int, arch: Architecture | None, weights: str
     return total
 
 
+def auto_drafter_budget(precision: str, device: Device, cpu_kernels: bool | None = None) -> str:
+    """The weights a draft model loaded at "auto" is held in next to a target at ``precision``
+    (engine.models.loading.drafter_weights, by the same rule), in the fit's names. ``cpu_kernels``:
+    whether the quantized CPU kernels run (None: this machine's guess, without torch); without
+    them the drafter takes the target's dtype, fp32 next to an fp32-computing target (exact,
+    int8, int4 or a GGUF file on the CPU)."""
+    if cpu_kernels is None:
+        cpu_kernels = device == "cpu" and cpu_kernels_expected()
+    on_cpu = device == "cpu"
+    chosen = auto_drafter_weights(canonical_precision(precision), on_cpu, int8_kernel=on_cpu and cpu_kernels,
+                                  int4_kernel=on_cpu and cpu_kernels)
+    return chosen or ("fp32" if dtype_bytes(precision, device) == 4 else "bf16")
+
+
 def _logits_bytes(vocab: int, precision: str, device: Device) -> int:
     # A verification pass returns k+1 rows of logits, upcast to fp32 for sampling.
     return int(MAX_VERIFY_ROWS * vocab * (dtype_bytes(precision, device) + 4))
@@ -221,19 +237,20 @@ def _logits_bytes(vocab: int, precision: str, device: Device) -> int:
 
 def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int = DEFAULT_CONTEXT, device: Device = "cpu",
                     drafter_weights: str | None = None, variant: GgufVariant | None = None,
-                    drafter_variant: GgufVariant | None = None) -> MemoryEstimate:
+                    drafter_variant: GgufVariant | None = None, cpu_kernels: bool | None = None) -> MemoryEstimate:
     """Bytes needed to run ``entry`` with its drafter at ``context`` tokens on ``device``.
-    ``drafter_weights`` is the draft model's weight precision when it differs from the
-    target's (engine.models.loading.drafter_weights: "int8" or "int4" on CPUs with their kernels); None
-    budgets it at the target's precision, which is never smaller (an "int4" target on a GPU or a
-    Mac: the loader's 4-bit drafter there, its embedding and head left at 16 bits).
+    ``drafter_weights`` is the draft model's weight precision; None budgets what the loader's
+    "auto" picks (``auto_drafter_budget``: int8 next to a 16-bit or fp32 target and int4 next to
+    an int8 / int4 / GGUF one on a CPU where the quantized kernels run, ``cpu_kernels`` saying
+    whether they do; the 4-bit drafter next to an "int4" target on a GPU or a Mac, its embedding
+    and head left at 16 bits; else the target's dtype).
 
     Precision "file" runs a GGUF ``variant`` of the target (one of ``entry.variants``, or a local
     file's, engine.models.variants.local_variant) on its own quantized weights: the weights are
     the file's resident bytes (``GgufVariant.resident_bytes``), activations and K/V fp32. Its
-    drafter is ``drafter_variant`` (a GGUF file, budgeted the same way) or, without one, the draft
-    model at ``drafter_weights`` (default "int8": the loader picks int4 there where its kernel
-    runs, a little smaller, so the budget errs on the safe side)."""
+    drafter is ``drafter_variant`` (a GGUF file: the loader runs it on its own blocks whatever
+    ``drafter_weights`` says, and it is budgeted the same way) or, without one, the draft model
+    at ``drafter_weights``."""
     if context < 1:
         raise ValueError(f"context must be at least 1 token, not {context}")
     precision = canonical_precision(precision)
@@ -243,18 +260,16 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     target = entry.target_arch
     if variant is not None:
         weights = variant.resident_bytes(target)
-        drafter_weights = drafter_weights or "int8"
     elif precision == "int8":
         weights = int8_target_bytes(entry.target_params, target, device)
     elif precision == "int4" and device == "cpu":  # the engine's int4 target (a CPU kernel)
         weights = int4_target_bytes(entry.target_params, target, device)
     elif precision == "int4":  # torch's int4 kernels on a GPU or a Mac
         weights = int4_device_bytes(entry.target_params, target)
-        # Next to a 4-bit target there the loader picks a 4-bit drafter (loading.drafter_weights).
-        drafter_weights = drafter_weights or "int4"
     else:
         weights = resident_weight_bytes(entry.target_params, target, precision, device)
     kv = target.kv_bytes(context, a)
+    drafter_weights = drafter_weights or auto_drafter_budget(precision, device, cpu_kernels)
 
     drafter = 0
     drafter_arch = entry.drafter_arch
@@ -263,10 +278,10 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     if entry.drafter_kind == "draft_model":
         if drafter_variant is not None:
             drafter = drafter_variant.resident_bytes(drafter_arch)
-        elif drafter_weights is not None and canonical_precision(drafter_weights) in ("int8", "int4"):
+        elif canonical_precision(drafter_weights) in ("int8", "int4"):
             drafter = quantized_drafter_bytes(entry.drafter_params, drafter_arch, canonical_precision(drafter_weights), device)
         else:
-            drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights or precision, device)
+            drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights, device)
         if drafter_arch is not None:
             drafter += drafter_arch.kv_bytes(context, a)
             # The drafter prefills the prompt after the target has, so the peaks don't add up.

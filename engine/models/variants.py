@@ -121,6 +121,17 @@ def parse_variants(records: object, where: str) -> tuple[GgufVariant, ...]:
     return tuple(variants)
 
 
+def paired_drafter_variant(target: GgufVariant, drafters: tuple[GgufVariant, ...]) -> GgufVariant | None:
+    """The drafter GGUF file that goes with the ``target`` file: the same quantization where one
+    is listed, else the first listed (the catalog's choice); None when there is none. The download
+    fetches this file, the app loads it and the memory fit budgets it (engine.hub.gguf_plan,
+    app/downloads.py, engine.models.fit)."""
+    for v in drafters:
+        if v.quant.lower() == target.quant.lower():
+            return v
+    return drafters[0] if drafters else None
+
+
 # -- sizes from the architecture (llama.cpp's quantization recipe) -----------------------------
 
 # Bytes per block and weights per block of each GGUF type (gguf-py's GGML_QUANT_SIZES, written

@@ -126,7 +126,8 @@ def test_sliding_layers_stop_growing_at_their_window(entries):
 
 
 def test_drafter_memory_by_kind(entries):
-    draft_model = estimate_memory(entry(entries, "qwen3-8b"), "bf16", 4096)
+    # A draft model held at 16 bits (the CPU's "auto" quantizes it: tests/engine/test_drafter_fit.py).
+    draft_model = estimate_memory(entry(entries, "qwen3-8b"), "bf16", 4096, drafter_weights="bf16")
     drafter_kv = 4096 * 2 * 28 * 8 * 128 * 2
     assert draft_model.drafter == entry(entries, "qwen3-8b").drafter_params * 2 + drafter_kv
     assistant = entry(entries, "gemma-4-e4b")
