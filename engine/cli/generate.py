@@ -2,6 +2,7 @@
 without speculation, compared honestly)."""
 from __future__ import annotations
 
+import itertools
 import sys
 
 from engine.cli.common import default_model_paths, load_session, model_options
@@ -9,8 +10,8 @@ from engine.cli.common import default_model_paths, load_session, model_options
 
 def run_setup(args) -> int:
     """Build what is missing, and verify everything it then calls ready: every file of both
-    converted models is hashed against its digest, and the default target's int8 / int4 weight
-    caches, where present, against theirs (a damaged model is converted again, a damaged cache
+    converted models is hashed against its digest, and the int8 / int4 weight caches of both
+    models, where present, against theirs (a damaged model is converted again, a damaged cache
     removed for the next load to rebuild, each with a warning)."""
     from engine.models import default_pair
     from engine.models.precision_labels import label_for
@@ -21,10 +22,10 @@ def run_setup(args) -> int:
     # and the target's GGUF file ("file", the default).
     target, drafter = default_model_paths(None, None, full_check=True, precision="fast")
     gguf = default_pair.gguf_file(default_pair.TARGET)
-    for kind in weight_cache.KINDS:
-        state = weight_cache.check(target, kind)
+    for (model, role), kind in itertools.product(((target, "target"), (drafter, "drafter")), weight_cache.KINDS):
+        state = weight_cache.check(model, kind, role)
         if state.status == "verified":  # a damaged one was removed with a warning saying why
-            print(f"{kind} weight cache verified: {state.path}")
+            print(f"{kind}{' drafter' if role == 'drafter' else ''} weight cache verified: {state.path}")
     # Compiles them once, now, rather than on the first request (or inside a timed test).
     print("CPU kernels:", cpu_kernel_report())
     print("default model pair verified and ready:", target, drafter, sep="\n  ")

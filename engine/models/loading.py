@@ -12,23 +12,14 @@ import torch
 from engine.core.heap import release_freed_memory
 from engine.core.settings import Precision
 from engine.gguf import is_gguf
+from engine.models.cached_quantization import quantize_through_cache
 from engine.models.drafter_choice import auto_drafter_weights
 from engine.models.fast_linear import accelerate_linears
 from engine.models.invariant_attention import use_batch_invariant_attention
 from engine.models.placement import check_fits, dtype_for, pick_device, weights_name  # noqa: F401  (pick_device, dtype_for: re-exported)
-from engine.quant import weight_cache
 from engine.quant.gpu_weights import to_4bit_device_weights
-from engine.quant.quantize import (
-    DamagedWeights,
-    int4_available,
-    int8_available,
-    to_int4_drafter,
-    to_int4_target,
-    to_int8_drafter,
-    to_int8_target,
-)
+from engine.quant.quantize import int4_available, int8_available
 from kernels import int4pack
-from kernels.int4_linear.reference import supports as int4_supports
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +27,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class LoadedModel:
     """``weights`` says how the weights are held: "bf16", "fp32", "fp16" or "int8".
-    ``from_cache``: an int8 target's weights came from engine.quant.weight_cache (not quantized now)."""
+    ``from_cache``: int8 / int4 weights (a target's or a drafter's) came from
+    engine.quant.weight_cache (not quantized now)."""
 
     name: str
     model: torch.nn.Module
@@ -116,7 +108,8 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     ``role`` is "target" (batch-invariant kernels everywhere) or "drafter". ``weights``
     ("int8", "int4", "bf16", "fp32"; drafters only) overrides the dtype the precision mode implies.
     Precision "int8" / "int4" quantizes a target's linear layers (LM head included) on the first
-    load and reads them from engine.quant.weight_cache afterwards; on CUDA / MPS "int4" holds the
+    load and reads them from engine.quant.weight_cache afterwards; so do a drafter's int8 / int4
+    ``weights`` (its LM head left out, in a file of its own). On CUDA / MPS "int4" holds the
     linear layers as torch's 4-bit weights instead (engine.quant.gpu_weights), converted on the
     device at every load (seconds there).
     Drafters that ship no tokenizer (Gemma 4 assistants) load with ``with_tokenizer=False``.
@@ -163,16 +156,9 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
     except SafetensorError as exc:  # damaged past what the header check sees; its message names no file
         raise DamagedModelFiles(f"{path}: a weight file is unreadable ({exc}); download or convert the model again") from exc
     from_cache = False
-    if weights in ("int8", "int4") and role == "target":
-        from_cache = _to_quantized_target(model, path, weights)
-        dtype = torch.float32  # activations
-    elif weights == "int8":
-        to_int8_drafter(model)
-        dtype = torch.float32  # activations
-    elif weights == "int4":
-        to_int4_drafter(model)
-        dtype = torch.float32
     if weights in ("int8", "int4"):
+        from_cache = quantize_through_cache(model, path, weights, role)
+        dtype = torch.float32  # activations
         release_freed_memory()
     elif fast_kernels:
         accelerate_linears(model, batch_invariant=role == "target")
@@ -219,39 +205,6 @@ def _load_gguf(path: Path, precision: Precision, device: str, role: str, with_to
         use_batch_invariant_attention(loaded.model)  # with the batch-invariant GGUF linears
     return LoadedModel(path.name, loaded.model, loaded.tokenizer, torch.device("cpu"), torch.float32, loaded.seconds,
                        "file", quantization=loaded.quantization)
-
-
-def _to_quantized_target(model: torch.nn.Module, path: Path, kind: str) -> bool:
-    """Quantize a target in place to ``kind`` ("int8", "int4"), from the cache when it holds
-    this model's layers (returns True then), else from its weights, caching the result."""
-    cached = weight_cache.load(path, kind)
-    if cached is not None and not _cache_fits(model, cached, kind):
-        log.warning("%s cache of %s does not match the model; converting again", kind, path.name)
-        cached = None
-    try:
-        held = (to_int8_target if kind == "int8" else to_int4_target)(model, cached)
-    except DamagedWeights as exc:
-        raise DamagedWeights(f"{path}: {exc}") from None
-    if cached is not None:
-        return True
-    try:
-        weight_cache.save(path, held, kind)
-    except OSError as exc:  # read-only or full cache dir: the model still runs
-        log.warning("could not cache the %s weights of %s (%s)", kind, path.name, exc)
-    return False
-
-
-def _cache_fits(model: torch.nn.Module, cached: dict[str, torch.Tensor], kind: str = "int8") -> bool:
-    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
-
-    def held(name: str, m: torch.nn.Linear) -> bool:
-        if kind == "int4" and f"{name}.packed" in cached:
-            n, k = m.weight.shape
-            return cached[f"{name}.packed"].shape == (n // 4, k // 32, 4, 16) and f"{name}.offset" in cached
-        return f"{name}.q" in cached and cached[f"{name}.q"].shape == m.weight.shape and cached[f"{name}.q"].dtype == torch.int8
-
-    expected = sum(3 if kind == "int4" and int4_supports(*m.weight.shape) else 2 for m in linears.values())
-    return len(cached) == expected and all(held(name, m) for name, m in linears.items())
 
 
 def drafter_weights(requested: str, precision: Precision, device: str = "auto") -> str:

@@ -182,15 +182,17 @@ def to_int8_target(model: torch.nn.Module, quantized: dict[str, torch.Tensor] | 
     return held
 
 
-def quantize_linears_int4(model: torch.nn.Module, quantized: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """Replace every nn.Linear of ``model``, the LM head included, with an Int4Linear, or an
-    Int8Linear where int4 cannot hold its shape, in place. ``quantized``: ``{name}.packed`` /
-    ``.scale`` / ``.offset`` (int4) or ``{name}.q`` / ``.scale`` (int8) from a cache. Returns
-    the quantized tensors of every replaced layer, by those keys."""
+def quantize_linears_int4(model: torch.nn.Module, quantized: dict[str, torch.Tensor] | None = None,
+                          include_head: bool = True) -> dict[str, torch.Tensor]:
+    """Replace every nn.Linear of ``model`` (the LM head too unless not ``include_head``) with
+    an Int4Linear, or an Int8Linear where int4 cannot hold its shape, in place. ``quantized``:
+    ``{name}.packed`` / ``.scale`` / ``.offset`` (int4) or ``{name}.q`` / ``.scale`` (int8) from
+    a cache. Returns the quantized tensors of every replaced layer, by those keys."""
     start = time.perf_counter()
     quantized = quantized or {}
     held = {}
-    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    head = None if include_head or not hasattr(model, "get_output_embeddings") else model.get_output_embeddings()
+    targets = [(name, m) for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head]
     for index, (name, module) in enumerate(targets):
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
@@ -225,17 +227,8 @@ def to_int4_drafter(model: torch.nn.Module) -> torch.nn.Module:
     """As to_int8_drafter with int4 decoder layers (Int4Linear where the shape allows, else
     Int8Linear); the LM head is left for the drafter's reduced head, as there. A drafter's
     precision changes what it proposes, never what the target accepts."""
-    start = time.perf_counter()
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    for name, module in list(model.named_modules()):
-        if not isinstance(module, torch.nn.Linear) or module is head:
-            continue
-        parent_name, _, attr = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        fits = int4_linear.reference.supports(module.out_features, module.in_features)
-        setattr(parent, attr, Int4Linear(module) if fits else Int8Linear(module))
-    log.info("int4 drafter layers in %.1fs", time.perf_counter() - start)
-    return _drafter_fp32_around_tables(model)
+    quantize_drafter(model, "int4")
+    return model
 
 
 def to_int8_drafter(model: torch.nn.Module) -> torch.nn.Module:
@@ -246,12 +239,34 @@ def to_int8_drafter(model: torch.nn.Module) -> torch.nn.Module:
     the int8 kernel reads fp32 activations natively, and on CPUs without native bf16 PyTorch's
     fp32 attention is several times faster than its bf16 one at one query row. The embedding
     tables stay as they are (a lookup reads one row; an fp32 copy would only cost memory)."""
-    quantize_linears(model)
+    quantize_drafter(model, "int8")
+    pack_int8_layers(model)
+    return model
+
+
+def quantize_drafter(model: torch.nn.Module, kind: str, quantized: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """What to_int8_drafter / to_int4_drafter do (``kind`` "int8" / "int4"), taking the layers
+    ``quantized`` holds (an earlier conversion: engine.quant.weight_cache) as they are, and
+    leaving int8 layers in row layout; returns every replaced layer's tensors, by the keys a
+    cache holds. The LM head is not quantized (the drafter's reduced head reads its rows).
+    Pack int8 layers afterwards with ``pack_int8_layers``, once nothing holds the row layout."""
+    if kind not in ("int8", "int4"):
+        raise ValueError(f"a drafter's weights are quantized to int8 or int4, not {kind!r}")
+    if kind == "int8":
+        held = quantize_linears(model, quantized=quantized)
+    else:
+        held = quantize_linears_int4(model, quantized, include_head=False)
+    _drafter_fp32_around_tables(model)
+    return held
+
+
+def pack_int8_layers(model: torch.nn.Module) -> None:
+    """Pack an int8 drafter's layers for one-row drafting (Int8Linear.pack), where the fast int8
+    kernel reads that layout."""
     if int8_available():
         for module in model.modules():
             if isinstance(module, Int8Linear):
                 module.pack()
-    return _drafter_fp32_around_tables(model)
 
 
 def _drafter_fp32_around_tables(model: torch.nn.Module) -> torch.nn.Module:

@@ -1,9 +1,13 @@
-"""Quantized (int8, int4) weights of a converted target, kept on disk so that only the first
+"""Quantized (int8, int4) weights of a converted model, kept on disk so that only the first
 load at that precision quantizes.
 
-One safetensors file per model folder and kind under the user cache dir (``<cache>/int8/``,
-``<cache>/int4/``): for every converted linear layer ``{name}.q`` (int8 [N, K]) and
-``{name}.scale`` (fp32 [N]), or int4's ``{name}.packed`` / ``.scale`` / ``.offset``. The file name
+One safetensors file per model folder, kind and role under the user cache dir (``<cache>/int8/``,
+``<cache>/int4/`` for targets, ``<cache>/int8-drafter/``, ``<cache>/int4-drafter/`` for draft
+models): for every converted linear layer ``{name}.q`` (int8 [N, K]) and ``{name}.scale`` (fp32
+[N]), or int4's ``{name}.packed`` / ``.scale`` / ``.offset``. A drafter's file holds the same
+layers quantized by the same rule, less the LM head (its reduced head quantizes only the rows it
+keeps, at every load: milliseconds); a folder used in both roles keeps one file per role, so
+neither role's load takes the other's file for a damaged one and rewrites it. The file name
 holds the folder's name, a digest of where it is and of its weight files' sizes and modification
 times (a re-downloaded or re-converted model gets a new entry), and ``VERSION``, bumped whenever
 the quantization rule (kernels.quant_linear.reference.quantize) changes.
@@ -41,9 +45,11 @@ VERSION = 1  # of the quantization rule: per-output-row symmetric int8, round ha
 # Versions per kind ("int8": the rule above; "int4": kernels.int4_linear.reference.quantize).
 VERSIONS = {"int8": VERSION, "int4": 2}  # int4 v2: fp16 scales (v1: fp32)
 KINDS = tuple(VERSIONS)
+ROLES = ("target", "drafter")
 
 DIGEST_KEY = "tandem_digest"
 SOURCE_KEY = "tandem_source"  # the model folder the weights were quantized from
+ROLE_KEY = "tandem_role"  # "target" (LM head included) or "drafter" (without it)
 _OURS = re.compile(r"-[0-9a-f]{12}-v\d+\.safetensors")  # what follows the folder's name in a cache file's name
 #: What a write leaves if killed: ``save``'s ``<model>-<key>-v<version>.tmp<pid>``, and the
 #: ``.tmpXXXXXX`` that safetensors' save_file writes first and renames onto it (only Tandem
@@ -60,13 +66,19 @@ class CacheState:
     detail: str = ""
 
 
-def cache_path(model_dir: Path, kind: str = "int8") -> Path:
+def _folder(kind: str, role: str) -> Path:
+    if role not in ROLES:
+        raise ValueError(f"a weight cache is a target's or a drafter's, not a {role!r}'s")
+    return cache_dir() / (kind if role == "target" else f"{kind}-{role}")
+
+
+def cache_path(model_dir: Path, kind: str = "int8", role: str = "target") -> Path:
     model_dir = Path(model_dir).resolve()
     key = hashlib.sha256(str(model_dir).encode())
     for f in sorted(model_dir.glob("*.safetensors")):
         stat = f.stat()
         key.update(f"{f.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return cache_dir() / kind / f"{model_dir.name}-{key.hexdigest()[:12]}-v{VERSIONS[kind]}.safetensors"
+    return _folder(kind, role) / f"{model_dir.name}-{key.hexdigest()[:12]}-v{VERSIONS[kind]}.safetensors"
 
 
 def tensors_digest(items: Iterable[tuple[str, torch.Tensor]]) -> str:
@@ -89,10 +101,10 @@ def _digest_in_order(items: Iterable[tuple[str, torch.Tensor]]) -> str:
 
 def remove_stale_temporaries() -> int:
     """Remove temporaries that killed runs left in the cache dirs; returns the bytes freed."""
-    return sum(scratch_files.remove_stale(cache_dir() / kind, TEMPORARY) for kind in KINDS)
+    return sum(scratch_files.remove_stale(_folder(kind, role), TEMPORARY) for kind in KINDS for role in ROLES)
 
 
-def load(model_dir: Path, kind: str = "int8", verify: bool = True) -> dict[str, torch.Tensor] | None:
+def load(model_dir: Path, kind: str = "int8", verify: bool = True, role: str = "target") -> dict[str, torch.Tensor] | None:
     """The cached ``kind`` weights of ``model_dir``, checked against their digest; None when
     there are none or the file was bad (it is then removed, with a warning, to be rebuilt).
     ``verify`` False skips the hashing (only to measure what it costs)."""
@@ -100,7 +112,7 @@ def load(model_dir: Path, kind: str = "int8", verify: bool = True) -> dict[str, 
     from safetensors.torch import load_file
 
     remove_stale_temporaries()
-    path = cache_path(model_dir, kind)
+    path = cache_path(model_dir, kind, role)
     if not path.exists():
         return None
     try:
@@ -119,13 +131,13 @@ def load(model_dir: Path, kind: str = "int8", verify: bool = True) -> dict[str, 
     return tensors
 
 
-def check(model_dir: Path, kind: str = "int8") -> CacheState:
+def check(model_dir: Path, kind: str = "int8", role: str = "target") -> CacheState:
     """Verify ``model_dir``'s ``kind`` cache without keeping it in memory (one tensor at a
     time); a bad one is removed. For `tandem setup`, which reports what is ready."""
     from safetensors import safe_open
 
-    path = cache_path(model_dir, kind)
-    remove_superseded(model_dir, kind)
+    path = cache_path(model_dir, kind, role)
+    remove_superseded(model_dir, kind, role)
     if not path.exists():
         return CacheState(path, "absent")
     try:
@@ -163,7 +175,7 @@ def _check_finite(tensors: dict[str, torch.Tensor], model_dir: Path) -> None:
 
 
 def save(model_dir: Path, tensors: dict[str, torch.Tensor], kind: str = "int8",
-         free: Callable[[Path], int] = scratch_files.free_bytes) -> Path:
+         free: Callable[[Path], int] = scratch_files.free_bytes, role: str = "target") -> Path:
     """Write the quantized weights with their digest, atomically: under a temporary name,
     flushed to disk, then renamed (a partial file is never read as a cache). Raises
     scratch_files.NotEnoughDisk (an OSError) when the disk cannot hold them, DamagedWeights when
@@ -171,15 +183,16 @@ def save(model_dir: Path, tensors: dict[str, torch.Tensor], kind: str = "int8",
     from safetensors.torch import save_file
 
     _check_finite(tensors, model_dir)
-    path = cache_path(model_dir, kind)
+    path = cache_path(model_dir, kind, role)
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch_files.remove_stale(path.parent, TEMPORARY)
     need = sum(t.numel() * t.element_size() for t in tensors.values()) + (1 << 20)
-    scratch_files.check_free(path.parent, need, f"the {kind} weight cache of {Path(model_dir).name}",
+    whose = Path(model_dir).name if role == "target" else f"{Path(model_dir).name} (as a drafter)"
+    scratch_files.check_free(path.parent, need, f"the {kind} weight cache of {whose}",
                              scratch_files.find(path.parent, TEMPORARY), free)
     tensors = {k: v.contiguous() for k, v in tensors.items()}
     metadata = {f"tandem_{kind}_version": str(VERSIONS[kind]), DIGEST_KEY: tensors_digest(tensors.items()),
-                SOURCE_KEY: str(Path(model_dir).resolve())}
+                SOURCE_KEY: str(Path(model_dir).resolve()), ROLE_KEY: role}
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     try:
         save_file(tensors, str(tmp), metadata=metadata)
@@ -189,12 +202,12 @@ def save(model_dir: Path, tensors: dict[str, torch.Tensor], kind: str = "int8",
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    log.info("cached %s weights of %s in %s", kind, Path(model_dir).name, path)
-    remove_superseded(model_dir, kind)
+    log.info("cached %s weights of %s (%s) in %s", kind, Path(model_dir).name, role, path)
+    remove_superseded(model_dir, kind, role)
     return path
 
 
-def remove_superseded(model_dir: Path, kind: str = "int8") -> list[Path]:
+def remove_superseded(model_dir: Path, kind: str = "int8", role: str = "target") -> list[Path]:
     """Remove the cache files of ``model_dir`` that no load will read again: those of earlier
     quantization versions or of the folder's weights before they were converted or downloaded
     again (another key), and files an earlier Tandem wrote without a digest under the folder's
@@ -204,7 +217,7 @@ def remove_superseded(model_dir: Path, kind: str = "int8") -> list[Path]:
     from safetensors import safe_open
 
     model_dir = Path(model_dir).resolve()
-    current = cache_path(model_dir, kind)
+    current = cache_path(model_dir, kind, role)
     removed = []
     for other in current.parent.glob(f"{glob.escape(model_dir.name)}-*-v*.safetensors"):
         if other == current or not _OURS.fullmatch(other.name[len(model_dir.name):]):

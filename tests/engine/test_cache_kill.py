@@ -1,4 +1,4 @@
-"""kill -9 while an int8 / int4 weight cache is written, 20 times: afterwards the cache is
+"""kill -9 while an int8 / int4 weight cache (a target's or a drafter's) is written, 20 times: afterwards the cache is
 absent or complete and verified, never a half-written file taken for a cache, and no cache a
 finished write left is lost. The temporaries the kills leave are removed by a later run.
 
@@ -31,29 +31,36 @@ def _tensors(kind: str, i: int) -> dict[str, torch.Tensor]:
             "layer.offset": torch.full((2048, 256), -1.0 - i, dtype=torch.float16)}
 
 
-def _write_forever(home: str, model_dir: str, kind: str, acks: str) -> None:
+def _write_forever(home: str, model_dir: str, kind: str, acks: str, role: str) -> None:
     os.environ["TANDEM_HOME"] = home
     torch.set_num_threads(1)
     with open(acks, "a") as log:
         log.write("ready\n")
         log.flush()
         for i in itertools.count():
-            weight_cache.save(Path(model_dir), _tensors(kind, i), kind)
+            weight_cache.save(Path(model_dir), _tensors(kind, i), kind, role=role)
             log.write(f"{i}\n")
             log.flush()
 
 
-def _first_load(home: str, model_dir: str, kind: str, acks: str) -> None:
-    """What a user's first load does: quantize, write the cache; then idle until killed."""
+def _load(model_dir: Path, kind: str, role: str):
+    """A target at precision ``kind``, or a drafter holding ``kind`` weights."""
     from engine.models.loading import load_model
 
+    if role == "drafter":
+        return load_model(model_dir, "fast", "cpu", role="drafter", weights=kind)
+    return load_model(model_dir, kind, "cpu")
+
+
+def _first_load(home: str, model_dir: str, kind: str, acks: str, role: str) -> None:
+    """What a user's first load does: quantize, write the cache; then idle until killed."""
     os.environ["TANDEM_HOME"] = home
     torch.set_num_threads(1)
-    weight_cache.cache_path(Path(model_dir), kind).unlink(missing_ok=True)
+    weight_cache.cache_path(Path(model_dir), kind, role).unlink(missing_ok=True)
     with open(acks, "a") as log:
         log.write("ready\n")
         log.flush()
-        load_model(Path(model_dir), kind, "cpu")
+        _load(Path(model_dir), kind, role)
         log.write("0\n")
         log.flush()
     time.sleep(3600)
@@ -90,15 +97,15 @@ def _kill_repeatedly(ctx, target, args, acks: Path, rng: random.Random, max_dela
     return counts
 
 
-@pytest.mark.parametrize("kind", ["int8", "int4"])
-def test_kill_9_during_cache_writes_never_leaves_a_half_written_cache(tmp_path, forkserver, kind):
+@pytest.mark.parametrize(("kind", "role"), [("int8", "target"), ("int4", "target"), ("int4", "drafter")])
+def test_kill_9_during_cache_writes_never_leaves_a_half_written_cache(tmp_path, forkserver, kind, role):
     home, model_dir, acks = Path(os.environ["TANDEM_HOME"]), tmp_path / "model", tmp_path / "acks"  # the children are told
     model_dir.mkdir()
-    path = weight_cache.cache_path(model_dir, kind)
+    path = weight_cache.cache_path(model_dir, kind, role)
     history = {"last_written": None}
 
     def check(done: list[int]) -> str:
-        cached = weight_cache.load(model_dir, kind)  # verifies the digest; removes a bad file
+        cached = weight_cache.load(model_dir, kind, role=role)  # verifies the digest; removes a bad file
         if cached is None:
             # Lost: a write that finished (acknowledged) left nothing that loads.
             return "data_lost" if done or history["last_written"] is not None else "absent"
@@ -112,14 +119,14 @@ def test_kill_9_during_cache_writes_never_leaves_a_half_written_cache(tmp_path, 
         history["last_written"] = i
         return "complete_verified"
 
-    counts = _kill_repeatedly(forkserver, _write_forever, (str(home), str(model_dir), kind, str(acks)), acks,
+    counts = _kill_repeatedly(forkserver, _write_forever, (str(home), str(model_dir), kind, str(acks), role), acks,
                               random.Random(7), 0.3, check)
     orphans = list(path.parent.glob("*.tmp*"))
     for orphan in orphans:  # as a later run finds them: untouched for a while, their writers dead
         then = time.time() - 3600
         os.utime(orphan, (then, then))
     freed = weight_cache.remove_stale_temporaries()
-    print(f"\nkill -9 during {kind} cache writes: {counts}; orphaned temporaries {len(orphans)}"
+    print(f"\nkill -9 during {kind} {role} cache writes: {counts}; orphaned temporaries {len(orphans)}"
           f" ({freed / _MB:.0f} MiB), all removed by the next run")
     assert counts["tried"] == KILLS and counts["half_written_used"] == 0 and counts["data_lost"] == 0
     assert counts["complete_verified"] > 0  # the kills did land after some writes
@@ -127,31 +134,32 @@ def test_kill_9_during_cache_writes_never_leaves_a_half_written_cache(tmp_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("role", ["target", "drafter"])
 @pytest.mark.parametrize("kind", ["int8", "int4"])
-def test_kill_9_during_the_first_quantized_load(tmp_path, monkeypatch, forkserver, kind):
-    """The user's case: killed while the first int8 / int4 load quantizes and caches (a tiny
-    model, so each load takes a fraction of a second). The next load reads a verified cache or
-    quantizes again; its output is the same either way."""
-    from engine.models.loading import load_model
+def test_kill_9_during_the_first_quantized_load(tmp_path, monkeypatch, forkserver, kind, role):
+    """The user's case: killed while the first int8 / int4 load of a target or a drafter
+    quantizes and caches (a tiny model, so each load takes a fraction of a second). The next
+    load reads a verified cache or quantizes again; its output is the same either way."""
     from engine.models.runner import ModelRunner
     from engine.testing.tiny_models import save_pair
 
-    target, _ = save_pair(tmp_path)
+    target, drafter = save_pair(tmp_path)
+    model_dir = target if role == "target" else drafter
     home, acks = tmp_path / "own-home", tmp_path / "acks"
     monkeypatch.setenv("TANDEM_HOME", str(home))  # slow tests share the user's cache; this one needs none of it
-    reference = load_model(target, kind, "cpu")
+    reference = _load(model_dir, kind, role)
     ids = reference.tokenizer("def add(a, b):")["input_ids"]
     expected = ModelRunner(reference.model).forward(ids)
 
     def check(done: list[int]) -> str:
-        loaded = load_model(target, kind, "cpu")
+        loaded = _load(model_dir, kind, role)
         if not torch.equal(ModelRunner(loaded.model).forward(ids), expected):
             return "half_written_used"
         if done and not loaded.from_cache:
             return "data_lost"  # the killed load had finished its cache, and it did not load
         return "complete_verified" if loaded.from_cache else "absent"
 
-    counts = _kill_repeatedly(forkserver, _first_load, (str(home), str(target), kind, str(acks)), acks,
+    counts = _kill_repeatedly(forkserver, _first_load, (str(home), str(model_dir), kind, str(acks), role), acks,
                               random.Random(11), 0.6, check)
-    print(f"\nkill -9 during the first {kind} load of a tiny model: {counts}")
+    print(f"\nkill -9 during the first {kind} load of a tiny {role}: {counts}")
     assert counts["tried"] == KILLS and counts["half_written_used"] == 0
