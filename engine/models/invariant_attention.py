@@ -54,7 +54,13 @@ def use_batch_invariant_attention(model) -> bool:
         log.info("attention stays PyTorch's: %s", reason)
         return False
     from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
     AttentionInterface.register(NAME, _attention)
+    # transformers builds no mask for an attention it does not know, and SDPA then takes
+    # is_causal, which aligns the causal mask top-left: a prefill of more than PREFILL_ROWS rows
+    # after cached ones (a chat's next turn) would see only the first keys. SDPA's own mask
+    # builder gives it the right one (and none where is_causal alone is right).
+    AttentionMaskInterface.register(NAME, sdpa_mask)
     model.config._attn_implementation = NAME
     return True
