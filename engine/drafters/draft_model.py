@@ -9,6 +9,7 @@ from engine.core.sampler import Sampler
 from engine.drafters.base import Draft
 from engine.drafters.fused_runner import FusedRunner, worth_using
 from engine.drafters.reduced_head import ReducedHead
+from engine.models import gguf_runner
 from engine.models.runner import ModelRunner
 
 
@@ -29,7 +30,12 @@ class DraftModelDrafter:
     def __init__(self, model, name: str = "draft model", min_confidence: float = 0.0, head: ReducedHead | None = None,
                  fused: bool | None = None) -> None:
         use_fused = worth_using(model) if fused is None else fused
-        self.runner = FusedRunner(model) if use_fused else ModelRunner(model)
+        if use_fused:
+            self.runner = FusedRunner(model)
+        elif fused is None and gguf_runner.unsupported_reason(model) is None:  # a GGUF drafter
+            self.runner = gguf_runner.GgufRunner(model)
+        else:
+            self.runner = ModelRunner(model)
         self.name = name
         self.min_confidence = min_confidence
         self.head = head

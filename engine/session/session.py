@@ -165,13 +165,18 @@ class Session:
         (FusedRunner) where it can: its PyTorch modules cost ~50 small ops per layer, which was
         ~20% of an int4 decode step. Every part of the fused layer is batch-invariant, so plain
         and speculative decoding on it stay token-identical. Drafters that read the target's own
-        hidden states or K/V (``attach_target``) need transformers' cache: ModelRunner then."""
+        hidden states or K/V (``attach_target``) need transformers' cache: ModelRunner then.
+        A GGUF target (precision "file") runs its layers without transformers' modules around
+        its kernels (GgufRunner), bit for bit what they compute."""
         from engine.drafters import fused_runner
+        from engine.models import gguf_runner
 
         model = self.target.model
-        if (self.target.weights in ("int8", "int4") and getattr(drafter, "attach_target", None) is None
-                and fused_runner.worth_using(model)):
+        reads_target = getattr(drafter, "attach_target", None) is not None
+        if self.target.weights in ("int8", "int4") and not reads_target and fused_runner.worth_using(model):
             return fused_runner.FusedRunner(model)
+        if self.target.weights == "file" and not reads_target and gguf_runner.worth_using(model):
+            return gguf_runner.GgufRunner(model)
         return ModelRunner(model)
 
     def plain(self, prompt_ids: list[int], settings: DecodeSettings, cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:

@@ -1,0 +1,185 @@
+"""Decode a GGUF model (engine.gguf) without transformers' per-layer machinery.
+
+Why: on a GGUF target the quantized linears are one kernel call each, and what surrounds them in
+transformers' modules (cache objects, masks, position plumbing, ~50 small ops per layer) cost
+~16% of a one-token step on the default target. This runner does the same arithmetic in a dozen
+ops a layer over the model's own modules and tensors (no copy of any weight), with its own fp32
+key/value cache grown by doubling. Same interface as ModelRunner (reset, forward_hidden,
+forward, crop, length) for the targets it supports: Llama / Qwen2 / Qwen3-shaped GGUF models
+with plain rotary embeddings, a SwiGLU MLP and no sliding window.
+
+Every row is computed independently of how many rows share the pass (the GGUF kernels and the
+attention kernel are batch-invariant, the rest is per-row arithmetic), so verifying k+1 drafted
+tokens gives the bits that decoding them one at a time gives: speculation on it stays
+token-identical to its plain decoding. A long prompt's prefill (more than ``PREFILL_ROWS`` rows)
+takes PyTorch's fused attention instead: plain and speculative decoding prefill it the same way.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch.nn import functional as F
+
+from engine.gguf.modules import DenseLinear, GgufLinear
+from engine.models.invariant_attention import PREFILL_ROWS
+from engine.models.runner import ContextTooLong
+from kernels import attention
+
+log = logging.getLogger(__name__)
+
+_LINEARS = (GgufLinear, DenseLinear)
+# Qwen3 too, which transformers' path cannot give the batch-invariant attention (its per-head
+# norms are outside engine.models.architecture's plain causal shape): here it decodes invariantly.
+ARCHITECTURES = ("llama", "qwen2", "qwen3")
+
+
+def unsupported_reason(model) -> str | None:
+    """None when GgufRunner can run ``model``, else why not."""
+    config = model.config
+    if getattr(config, "model_type", None) not in ARCHITECTURES:
+        return f"architecture {getattr(config, 'model_type', None)!r}"
+    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
+        return "sliding-window attention"
+    if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
+        return "MLP is not a bias-free SwiGLU"
+    rotary = getattr(model.get_decoder(), "rotary_emb", None)
+    if rotary is None or getattr(rotary, "rope_type", "default") != "default":
+        return "rotary embedding type"
+    if attention.fast_backend() is None:
+        return "no compiled attention kernel here"
+    try:
+        for layer in model.get_decoder().layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            parts = (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
+            if not all(isinstance(p, _LINEARS) for p in parts):
+                return "linear layers are not the GGUF file's"
+    except AttributeError as exc:
+        return f"layer layout ({exc})"
+    return None
+
+
+def worth_using(model) -> bool:
+    reason = unsupported_reason(model)
+    if reason:
+        log.info("GGUF model runs through transformers' modules: %s", reason)
+    return reason is None
+
+
+class _Layer:
+    """One decoder layer's modules and norm weights, read once (attribute lookups add up)."""
+
+    def __init__(self, layer) -> None:
+        attn, mlp = layer.self_attn, layer.mlp
+        self.input_norm = layer.input_layernorm.weight.float()
+        self.post_norm = layer.post_attention_layernorm.weight.float()
+        self.q, self.k, self.v, self.o = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+        self.gate, self.up, self.down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+        # Qwen3 normalizes each query and key head before the rotation.
+        self.q_norm = attn.q_norm.weight.float() if hasattr(attn, "q_norm") else None
+        self.k_norm = attn.k_norm.weight.float() if hasattr(attn, "k_norm") else None
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' RMSNorm on fp32 rows, op for op."""
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """transformers' rotate-half rotary embedding; t [rows, heads, D], cos / sin [rows, 1, D]."""
+    half = t.shape[-1] // 2
+    return t * cos + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin
+
+
+class GgufRunner:
+    def __init__(self, model, initial_capacity: int = 256) -> None:
+        reason = unsupported_reason(model)
+        if reason:
+            raise ValueError(f"GgufRunner cannot run this model: {reason}")
+        self.model = model
+        config = model.config
+        decoder = model.get_decoder()
+        self.max_positions = getattr(config, "max_position_embeddings", None)
+        self.n_heads = config.num_attention_heads
+        self.n_kv = config.num_key_value_heads
+        self.eps = float(config.rms_norm_eps)
+        self.embed = model.get_input_embeddings()
+        self.head = model.get_output_embeddings()
+        self.final_norm = decoder.norm.weight.float()
+        self.inv_freq = decoder.rotary_emb.inv_freq.float()
+        self.rope_scale = float(getattr(decoder.rotary_emb, "attention_scaling", 1.0))
+        self.layers = [_Layer(layer) for layer in decoder.layers]
+        attn = decoder.layers[0].self_attn
+        self.head_dim = int(getattr(attn, "head_dim", attn.q_proj.out_features // self.n_heads))
+        self.scaling = float(getattr(attn, "scaling", self.head_dim ** -0.5))
+        self._alloc(initial_capacity)
+        self.reset()
+
+    def _alloc(self, capacity: int) -> None:
+        shape = (len(self.layers), self.n_kv, capacity, self.head_dim)
+        k, v = torch.zeros(shape), torch.zeros(shape)
+        if hasattr(self, "k"):
+            k[:, :, : self.k.shape[2]] = self.k
+            v[:, :, : self.v.shape[2]] = self.v
+        self.k, self.v = k, v
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        """Forget cached positions from ``length`` on (no-op when already shorter)."""
+        self.length = min(self.length, length)
+
+    @torch.inference_mode()
+    def forward_hidden(self, token_ids: list[int] | torch.Tensor, n_last: int = 1) -> torch.Tensor:
+        """Feed ``token_ids`` after the cached ones; the final normed hidden states [n_last, H]."""
+        n = len(token_ids)
+        if n == 0:
+            raise ValueError("nothing to feed")
+        start, end = self.length, self.length + n
+        if self.max_positions and end > self.max_positions:
+            raise ContextTooLong(f"context of {end} tokens exceeds the model's window of {self.max_positions}")
+        if end > self.k.shape[2]:
+            self._alloc(max(end, 2 * self.k.shape[2]))
+        ids = token_ids.to(torch.long).view(n) if isinstance(token_ids, torch.Tensor) else torch.tensor(token_ids)
+        x = self.embed(ids).float()
+        # cos / sin as transformers' rotary module makes them: the angles in fp32, doubled.
+        freqs = torch.arange(start, end, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+        angles = torch.cat((freqs, freqs), dim=-1)
+        cos = (angles.cos() * self.rope_scale)[:, None, :]
+        sin = (angles.sin() * self.rope_scale)[:, None, :]
+        H, KVH, D = self.n_heads, self.n_kv, self.head_dim
+        for i, layer in enumerate(self.layers):
+            h = _rms_norm(x, layer.input_norm, self.eps)
+            q = layer.q(h).view(n, H, D)
+            k = layer.k(h).view(n, KVH, D)
+            v = layer.v(h).view(n, KVH, D)
+            if layer.q_norm is not None:
+                q, k = _rms_norm(q, layer.q_norm, self.eps), _rms_norm(k, layer.k_norm, self.eps)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            self.k[i, :, start:end] = k.transpose(0, 1)
+            self.v[i, :, start:end] = v.transpose(0, 1)
+            keys, values = self.k[i : i + 1, :, :end], self.v[i : i + 1, :, :end]
+            query = q.transpose(0, 1).unsqueeze(0)  # [1, H, n, D], head_dim contiguous
+            if n > PREFILL_ROWS:
+                out = F.scaled_dot_product_attention(query, keys, values, is_causal=start == 0, scale=self.scaling,
+                                                     enable_gqa=True, attn_mask=None if start == 0 else self._mask(start, n))
+                out = out[0].transpose(0, 1)
+            else:
+                out = attention.causal_attention(query, keys, values, self.scaling)[0]  # [n, H, D]
+            x = x + layer.o(out.reshape(n, H * D))
+            h = _rms_norm(x, layer.post_norm, self.eps)
+            x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+        self.length = end
+        return _rms_norm(x[-n_last:], self.final_norm, self.eps)
+
+    @staticmethod
+    def _mask(start: int, n: int) -> torch.Tensor:
+        """Row i (position start + i) sees keys 0 .. start + i."""
+        return torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)
+
+    def forward(self, token_ids: list[int] | torch.Tensor, n_logits: int = 1) -> torch.Tensor:
+        """Logits through the model's own LM head, as ModelRunner.forward."""
+        hidden = self.forward_hidden(token_ids, n_last=n_logits)
+        with torch.inference_mode():
+            return self.head(hidden).float()
