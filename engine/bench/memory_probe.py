@@ -139,7 +139,20 @@ def measure(target: Path, drafter: Path | None, precision: str, context: int, ne
     report["target_file_end"] = mapped_bytes_under(proc, target)
     report["drafter_file_end"] = mapped_bytes_under(proc, drafter) if drafter else 0
     report["drafter_weights"] = session.drafter_model.weights if session.drafter_model else None
+    # An int4 drafter's layers are read from its weight cache, memory-mapped, at every step (they
+    # must stay resident); an int8 drafter's are packed into a copy, and the file was read once.
+    report["drafter_cache_end"] = drafter_cache_bytes(proc, drafter, report["drafter_weights"])
     return report
+
+
+def drafter_cache_bytes(proc, drafter: Path | None, weights: str | None) -> int:
+    """Resident bytes of a draft model's int8 / int4 weight cache (engine.quant.weight_cache)."""
+    from engine.quant import weight_cache
+
+    if drafter is None or weights not in weight_cache.KINDS or Path(drafter).is_file():
+        return 0
+    path = weight_cache.cache_path(Path(drafter), weights, "drafter")
+    return mapped_bytes_under(proc, path) if path.exists() else 0
 
 
 def mapped_bytes_under(proc, folder: Path) -> int:
