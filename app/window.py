@@ -15,8 +15,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app import add_model, gui_gc, jobs, window_state
-from app.app_settings import AppSettings, Key
+from app import add_model, gui_gc, jobs, window_startup, window_state
+from app.app_settings import AppSettings
 from app.chat_view import ChatView
 from app.conversations import ConversationStore, describe_set_aside
 from app.demo_view import DemoView
@@ -147,7 +147,8 @@ class MainWindow(QMainWindow):
         QShortcut(QKeySequence("Ctrl+K"), self, lambda: self._to_chat(self.chat.focus_search))
 
         self._restore()
-        self.probe()
+        self.list_after_probe: int | None = None  # the first probe's job, when the scan waits for it
+        window_startup.begin(self)
 
     def _restore(self) -> None:
         window_state.restore(self)
@@ -166,10 +167,13 @@ class MainWindow(QMainWindow):
         self._set_state(JOB_STATES.get(kind, UiState.IDLE))
         return True
 
-    def probe(self) -> None:
+    def probe(self, list_models: bool = True) -> int:
+        """Probe the machine (and list the local models); returns the probe's job id."""
         # Probing runs beside other jobs' bookkeeping: it is quick and never blocks the UI state.
-        self.host.submit("probe", jobs.probe_machine(self.models.context.currentData()))
-        add_model.list_local_models(self)  # LM Studio's, Ollama's, llama.cpp's and imported GGUF files
+        job = self.host.submit("probe", jobs.probe_machine(self.models.context.currentData()))
+        if list_models:
+            add_model.list_local_models(self)  # LM Studio's, Ollama's, llama.cpp's and imported GGUF files
+        return job
 
     def _model_settings(self, entry_id: str):
         """The model's own settings, its precision resolved (what the picker shows it at)."""
@@ -181,35 +185,6 @@ class MainWindow(QMainWindow):
             settings = replace(settings, precision=self.precision_override)
             self.precision_override = None
         self._submit("load", jobs.load_models(None, None, settings.precision, settings=settings))
-
-    def _load_last_or_default(self, default_ready: bool) -> None:
-        """Reopen what the user had loaded last time; otherwise the bundled offline pair."""
-        from pathlib import Path
-
-        target = self.settings.get(Key.MODEL_TARGET, "") or ""
-        drafter = self.settings.get(Key.MODEL_DRAFTER, "") or ""
-        precision = self.demo.controls.precision.currentData()
-        from engine.models import default_pair
-
-        if target and default_pair.is_default_target(target) and default_ready:
-            self.load_default()  # at its own settings: the GGUF file, unless told otherwise
-        elif target and (Path(target) / "config.json").exists():
-            drafter = drafter if drafter and (Path(drafter) / "config.json").exists() else None
-            self._submit("load", jobs.load_models(target, drafter, precision))
-        elif default_ready:
-            self.load_default()
-        else:
-            self.tabs.setCurrentIndex(0)
-            offline = self.last_report.offline if self.last_report is not None else ""
-            if offline:
-                message = (f"No model is installed yet and there is no network ({offline}): Tandem cannot download one now. "
-                           "Connect to the internet (or unset HF_HUB_OFFLINE) and press Download, or load a model folder "
-                           "you already have with --target.")
-                self.models.show_offline(message)
-            else:
-                message = "No model is installed yet: pick one on the Models tab and press Download."
-            self.banner.show_error(message)
-            self.no_model.emit(message)
 
     def load_entry(self, fit) -> None:
         if fit is None or fit.entry.id == "default-offline":
@@ -310,7 +285,7 @@ class MainWindow(QMainWindow):
                                          "Connect (or unset HF_HUB_OFFLINE) to download one.")
             if self.autoload and self.loaded is None and self.active_job is None:
                 self.autoload = False
-                self._load_last_or_default(payload.default_pair_ready)
+                window_startup.load_last_or_default(self, payload.default_pair_ready)
         elif isinstance(payload, ModelLoaded):
             self._loaded(payload)
         elif isinstance(payload, DrafterNote):
@@ -325,6 +300,7 @@ class MainWindow(QMainWindow):
             if kind == "load" and self.loaded is None:
                 self.no_model.emit(payload.message)
         elif isinstance(payload, JobEnded):
+            window_startup.job_ended(self, envelope.job)  # behind the first load, if one was asked for
             if envelope.job == self.active_job:
                 self.active_job = self.active_kind = None
                 self.status.hide_progress()
