@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 
 from engine.cli.common import load_session, model_options
 
@@ -31,16 +33,33 @@ def run_serve(args) -> int:
     except BaseException:
         sock.close()
         raise
-    print(f"serving {handle.worker.model_id} at {handle.url}/v1 (OpenAI API; Ctrl-C stops)", flush=True)
-    if config.api_key:
-        print("clients must send: Authorization: Bearer <your key>", flush=True)
+    stop = _stop_on_signals()
     try:
-        handle.wait()
-    except KeyboardInterrupt:
+        print(f"serving {handle.worker.model_id} at {handle.url}/v1 (OpenAI API; Ctrl-C stops)", flush=True)
+        if config.api_key:
+            print("clients must send: Authorization: Bearer <your key>", flush=True)
+        while handle.running and not stop.wait(0.5):
+            pass
         print("stopping", file=sys.stderr)
     finally:
         handle.stop()
     return 0
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event that Ctrl-C (SIGINT) or a service manager's SIGTERM sets; a second one exits at
+    once. Why not KeyboardInterrupt: raised wherever the main thread happens to be (inside a
+    thread join, a print), it could leave the shutdown half done; a flag is read in one place."""
+    stop = threading.Event()
+
+    def request_stop(signum, frame) -> None:
+        if stop.is_set():
+            os._exit(128 + signum)  # asked twice: the user wants out now
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, request_stop)
+    return stop
 
 
 def add_parser(sub) -> None:

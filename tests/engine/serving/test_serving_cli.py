@@ -1,5 +1,5 @@
 """`tandem serve` as a user runs it: a process that loads the models, prints its URL, answers,
-and stops cleanly on Ctrl-C."""
+and stops cleanly on Ctrl-C or a service manager's SIGTERM."""
 import os
 import re
 import signal
@@ -7,11 +7,14 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from engine.testing.tiny_models import save_pair
 from tests.engine.serving.client import call, chat
 
 
-def test_tandem_serve_prints_its_url_answers_and_stops_on_ctrl_c(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_tandem_serve_prints_its_url_answers_and_stops_on_ctrl_c(tmp_path, sig):
     target, _ = save_pair(tmp_path)
     # Prompt lookup: no draft model to load (the drafter's int8 kernels would only slow the start).
     cmd = [sys.executable, "-m", "engine", "serve", "--target", str(target), "--drafter", "lookup",
@@ -30,9 +33,15 @@ def test_tandem_serve_prints_its_url_answers_and_stops_on_ctrl_c(tmp_path):
         reply = chat(url, temperature=0)  # no max_tokens: the server's default (--max-new-tokens 5)
         assert reply.status == 200 and reply.json()["usage"]["completion_tokens"] <= 5
         assert reply.json()["timings"]["drafter"] == "lookup"
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(60) == 0
+        proc.send_signal(sig)
+        try:
+            code = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            pytest.fail(f"still running 60 s after {sig.name}; it wrote:\n{proc.stderr.read()[-3000:]}")
         err = proc.stderr.read()
+        assert code == 0, err[-3000:]
+        assert "stopping" in err
         assert "Say hi." not in err  # prompts stay out of the log by default
         assert re.search(r"chatcmpl-\w+ (max_new_tokens|eos): \d+ prompt \+ \d+ new tokens", err), err
     finally:
