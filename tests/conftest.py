@@ -12,6 +12,11 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# huggingface_hub reads HF_HUB_OFFLINE once, when first imported, as a process started offline
+# does. Imported here, its mode is this run's environment's, not that of whichever test
+# happened to import it first while it set HF_HUB_OFFLINE for itself.
+import huggingface_hub.constants  # noqa: E402, F401
+
 
 @pytest.fixture
 def one_torch_thread():
