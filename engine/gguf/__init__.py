@@ -2,6 +2,7 @@
 
     header          a header's metadata and tensor table in one pass (gguf-py's values, ~300x faster)
     reader          open a .gguf file or split set: metadata, zero-copy tensor views, clear errors
+    hf_metadata     transformers' config and tokenizer from that parse (its tables and converters)
     metadata_cache  the header's products (tensor table, config, tokenizer) cached per file
     modules         GgufLinear / DenseLinear / GgufEmbedding over the file's tensors
     model           the transformers model a file describes, built on those modules
