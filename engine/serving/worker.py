@@ -238,8 +238,10 @@ class EngineWorker:
             with self._lock:
                 self._running = None
                 self._finish(job, outcome, time.perf_counter() - job.started_at)
-            job.push(outcome)  # after the counters: a client that has its answer sees them updated
+            # Logged, then answered: a client that has its answer finds the request in the log
+            # (and, after the counters, sees them updated).
             self._log(job, outcome)
+            job.push(outcome)
 
     def _generate(self, job: Job) -> Finished | Failed:
         """Streams the Tokens events to the job; returns the outcome (the caller sends it)."""
