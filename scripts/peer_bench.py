@@ -46,9 +46,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=0, help="only the first N prompts")
     p.add_argument("--int4-target", help="converted target folder for the int4 reference (default: the default pair's)")
     p.add_argument("--no-int4", action="store_true", help="skip the int4 reference")
-    p.add_argument("--omp-wait-policy", choices=["passive", "active", "unset"], default="passive",
-                   help="OMP_WAIT_POLICY for both engines (both run on OpenMP threads): on a shared machine whose cores"
-                        " are oversubscribed, spin-waiting threads make a 2-thread decode several times slower")
+    p.add_argument("--omp-wait-policy", choices=["passive", "active", "unset"], default="unset",
+                   help="OMP_WAIT_POLICY for both engines (both run on OpenMP threads). Default: unset, each engine"
+                        " as a user runs it (its threads spin a while between operations); passive waiting cost both"
+                        " ~40%% of their decode rate on a quiet machine (same run), but on one whose cores are"
+                        " oversubscribed spin-waiting threads make a 2-thread decode several times slower")
     p.add_argument("--json", default="peer-llamacpp.json")
     model_options(p)
     p.set_defaults(precision="file", max_new_tokens=96)
