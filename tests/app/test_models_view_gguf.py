@@ -152,6 +152,22 @@ def test_discovered_lmstudio_model_shows_source_drafter_and_refusal(qtbot, app_s
     view.filter.setText("")
 
 
+def test_a_scan_that_finds_what_is_listed_leaves_the_table_alone(qtbot, app_settings, home, ggufs):
+    """The start-up scan lands while the user may already be streaming: the same rows again
+    must not rebuild the table on the GUI thread (it took ~0.1 s mid-demo); a change does."""
+    from tests.engine.library.conftest import place_lmstudio
+
+    place_lmstudio(home, ggufs["target"], "tiny-org", "tiny-target-GGUF")
+    window = _window(qtbot, app_settings)
+    view = window.models
+    qtbot.waitUntil(lambda: len(_local_rows(view)) == 1, timeout=60_000)
+    first = view.table.item(0, 0)
+    view.show_local(list(view.local.values()))  # what a second scan reports
+    assert view.table.item(0, 0) is first
+    view.show_local([])  # the file went away
+    assert view.local == {} and view.table.item(0, 0) is not first and not _local_rows(view)
+
+
 def test_load_runs_a_discovered_file_with_its_drafter(qtbot, app_settings, home, ggufs, tmp_path):
     from tests.engine.library.conftest import place_lmstudio, place_ollama
 
