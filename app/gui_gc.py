@@ -39,9 +39,9 @@ def settle() -> None:
     thread holding the GIL throughout: the demo's worst stall was 150-230 ms in about half the
     runs. Frozen objects are never scanned; ``gc.unfreeze`` first makes an earlier load's
     objects collectable again (a replaced model's cycles are freed by the collection here)."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
+    from engine.core.long_lived import freeze_long_lived
+
+    freeze_long_lived()
 
 
 def release() -> None:

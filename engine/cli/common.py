@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from engine.core.long_lived import freeze_long_lived
 from engine.core.settings import DEFAULT_DRAFT_VOCAB, DEFAULT_MIN_CONFIDENCE
 
 
@@ -105,7 +106,9 @@ def load_session(args, need_drafter=True):
     target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter, precision=args.precision)
     print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "")
           + f" ({args.precision}: {label_for(args.precision, target)})", file=sys.stderr)
-    return Session.load(target, drafter, args.precision, args.device, drafter_options=options)
+    session = Session.load(target, drafter, args.precision, args.device, drafter_options=options)
+    freeze_long_lived()  # no GIL-held scans of the loaded models' objects during timed runs or a server's streams
+    return session
 
 
 def default_pair_precisions() -> str:
