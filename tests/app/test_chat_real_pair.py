@@ -22,6 +22,8 @@ def test_a_long_markdown_reply_streams_without_freezing(qtbot, app_settings, cap
     window.show()
     try:
         qtbot.waitUntil(lambda: window.loaded is not None, timeout=600_000)
+        # The local-model scan follows the first load (once); the stall measured is streaming's.
+        qtbot.waitUntil(lambda: window.models.local_listed, timeout=60_000)
         wait_idle(qtbot, window, timeout=600_000)
         chat = window.chat
         window.tabs.setCurrentWidget(chat)
