@@ -12,6 +12,7 @@ import logging
 import torch
 
 from engine.models.architecture import plain_causal_reason
+from engine.models.kv_buffers import KVBuffers
 from engine.models.runner import ContextTooLong
 from engine.quant.quantize import Int4Linear, Int8Linear
 from kernels import draft_decoder
@@ -93,17 +94,8 @@ class FusedRunner:
                 any(isinstance(p, Int8Linear) and p.int16_inputs for p in parts),
             ))
         self.head_dim = decoder.layers[0].self_attn.q_proj.out_features // self.n_heads
-        self._capacity = initial_capacity
-        self._alloc(initial_capacity)
+        self.kv = KVBuffers(len(self.layers), self.n_kv, self.head_dim, initial_capacity)
         self.reset()
-
-    def _alloc(self, capacity: int) -> None:
-        shape = (len(self.layers), self.n_kv, capacity, self.head_dim)
-        k, v = torch.zeros(shape), torch.zeros(shape)
-        if hasattr(self, "k"):
-            k[:, :, : self.k.shape[2]] = self.k
-            v[:, :, : self.v.shape[2]] = self.v
-        self.k, self.v = k, v
 
     def reset(self) -> None:
         self.length = 0
@@ -121,15 +113,14 @@ class FusedRunner:
         end = self.length + n
         if self.max_positions and end > self.max_positions:
             raise ContextTooLong(f"context of {end} tokens exceeds the model's window of {self.max_positions}")
-        if end > self.k.shape[2]:
-            self._alloc(max(end, 2 * self.k.shape[2]))
+        self.kv.ensure(end)
         x = self.embed[torch.tensor(token_ids)].float().contiguous()
         angles = torch.arange(self.length, end, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
         cos = (angles.cos() * self.rope_scale).contiguous()
         sin = (angles.sin() * self.rope_scale).contiguous()
         for i, weights in enumerate(self.layers):
             *layer, offsets, int16_inputs = weights
-            draft_decoder.decoder_layer(x, *layer, self.k[i], self.v[i], cos, sin, self.length, self.n_heads, self.n_kv, self.eps,
+            draft_decoder.decoder_layer(x, *layer, self.kv.k[i], self.kv.v[i], cos, sin, self.length, self.n_heads, self.n_kv, self.eps,
                                         offsets, int16_inputs)
         self.length = end
         return rms_norm(x[-n_last:], self.final_norm, self.eps)

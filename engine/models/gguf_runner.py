@@ -4,7 +4,7 @@ Why: on a GGUF target the quantized linears are one kernel call each, and what s
 transformers' modules (cache objects, masks, position plumbing, ~50 small ops per layer) cost
 ~16% of a one-token step on the default target. This runner does the same arithmetic in a dozen
 ops a layer over the model's own modules and tensors (no copy of any weight), with its own fp32
-key/value cache grown by doubling. Same interface as ModelRunner (reset, forward_hidden,
+key/value cache (engine.models.kv_buffers). Same interface as ModelRunner (reset, forward_hidden,
 forward, crop, length) for the targets it supports: Llama / Qwen2 / Qwen3-shaped GGUF models
 with plain rotary embeddings, a SwiGLU MLP and no sliding window.
 
@@ -23,6 +23,7 @@ from torch.nn import functional as F
 
 from engine.gguf.modules import DenseLinear, GgufLinear
 from engine.models.invariant_attention import PREFILL_ROWS
+from engine.models.kv_buffers import KVBuffers
 from engine.models.runner import ContextTooLong
 from kernels import attention
 
@@ -112,16 +113,8 @@ class GgufRunner:
         attn = decoder.layers[0].self_attn
         self.head_dim = int(getattr(attn, "head_dim", attn.q_proj.out_features // self.n_heads))
         self.scaling = float(getattr(attn, "scaling", self.head_dim ** -0.5))
-        self._alloc(initial_capacity)
+        self.kv = KVBuffers(len(self.layers), self.n_kv, self.head_dim, initial_capacity)
         self.reset()
-
-    def _alloc(self, capacity: int) -> None:
-        shape = (len(self.layers), self.n_kv, capacity, self.head_dim)
-        k, v = torch.zeros(shape), torch.zeros(shape)
-        if hasattr(self, "k"):
-            k[:, :, : self.k.shape[2]] = self.k
-            v[:, :, : self.v.shape[2]] = self.v
-        self.k, self.v = k, v
 
     def reset(self) -> None:
         self.length = 0
@@ -139,8 +132,7 @@ class GgufRunner:
         start, end = self.length, self.length + n
         if self.max_positions and end > self.max_positions:
             raise ContextTooLong(f"context of {end} tokens exceeds the model's window of {self.max_positions}")
-        if end > self.k.shape[2]:
-            self._alloc(max(end, 2 * self.k.shape[2]))
+        self.kv.ensure(end)
         ids = token_ids.to(torch.long).view(n) if isinstance(token_ids, torch.Tensor) else torch.tensor(token_ids)
         x = self.embed(ids).float()
         # cos / sin as transformers' rotary module makes them: the angles in fp32, doubled.
@@ -157,9 +149,9 @@ class GgufRunner:
             if layer.q_norm is not None:
                 q, k = _rms_norm(q, layer.q_norm, self.eps), _rms_norm(k, layer.k_norm, self.eps)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            self.k[i, :, start:end] = k.transpose(0, 1)
-            self.v[i, :, start:end] = v.transpose(0, 1)
-            keys, values = self.k[i : i + 1, :, :end], self.v[i : i + 1, :, :end]
+            self.kv.k[i, :, start:end] = k.transpose(0, 1)
+            self.kv.v[i, :, start:end] = v.transpose(0, 1)
+            keys, values = self.kv.k[i : i + 1, :, :end], self.kv.v[i : i + 1, :, :end]
             query = q.transpose(0, 1).unsqueeze(0)  # [1, H, n, D], head_dim contiguous
             if n > PREFILL_ROWS:
                 out = F.scaled_dot_product_attention(query, keys, values, is_causal=start == 0, scale=self.scaling,
