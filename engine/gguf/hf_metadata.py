@@ -20,10 +20,15 @@ against that path.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import logging
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
-from engine.gguf.header import LongArray, read_part
+from engine.gguf.header import GgufError, LongArray, read_part
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class NotHandledHere(ValueError):
@@ -194,3 +199,16 @@ def _tokenizer_class(values: dict):
     if tokenizer_class is None or tokenizer_class.__name__ == "MistralCommonBackend":
         raise NotHandledHere(f"AutoTokenizer picks {tokenizer_class} for {type(config).__name__} with extra checks")
     return tokenizer_class
+
+
+def fast_or_transformers(fast: Callable[[], T], transformers_path: Callable[[], T], name: str, what: str) -> T:
+    """``fast()``, else transformers' own GGUF path (anything the fast one cannot do, it still
+    can); a file neither can read is a GgufError naming it."""
+    try:
+        return fast()
+    except Exception as exc:
+        log.info("%s: %s through transformers' GGUF reader (%s: %s)", name, what, type(exc).__name__, exc)
+    try:
+        return transformers_path()
+    except (ValueError, KeyError, TypeError) as error:
+        raise GgufError(f"{name}: transformers could not build its {what} ({error})") from error

@@ -98,14 +98,9 @@ def tokenizer(file: GgufFile, folder: Path):
             return AutoTokenizer.from_pretrained(saved)
         except (OSError, ValueError) as exc:
             log.warning("cached tokenizer of %s unreadable (%s); converting it again", file.name, exc)
-    try:
-        value = hf_metadata.read_tokenizer(file.path, file.tensors)
-    except Exception as exc:  # anything it cannot do, transformers' own path still can
-        log.info("%s: tokenizer through transformers' GGUF reader (%s: %s)", file.name, type(exc).__name__, exc)
-        try:
-            value = AutoTokenizer.from_pretrained(file.path.parent, gguf_file=file.path.name)
-        except (ValueError, KeyError, TypeError) as error:
-            raise GgufError(f"{file.name}: transformers could not build its tokenizer ({error})") from error
+    value = hf_metadata.fast_or_transformers(
+        lambda: hf_metadata.read_tokenizer(file.path, file.tensors),
+        lambda: AutoTokenizer.from_pretrained(file.path.parent, gguf_file=file.path.name), file.name, "tokenizer")
     _save(lambda tmp: value.save_pretrained(tmp), saved, file)
     return value
 

@@ -49,15 +49,10 @@ def read_config(file: GgufFile):
     from transformers import AutoConfig
 
     arch = check_architecture(file)
-    try:
-        # All parts' tensors: the model is the whole split set (transformers looks at the first).
-        config = hf_metadata.read_config(file.path, file.metadata, file.tensors)
-    except Exception as exc:  # anything it cannot do, transformers' path below still can
-        log.info("%s: config through transformers' GGUF reader (%s: %s)", file.name, type(exc).__name__, exc)
-        try:
-            config = AutoConfig.from_pretrained(file.path.parent, gguf_file=file.path.name)
-        except (ValueError, KeyError, TypeError) as error:
-            raise GgufError(f"{file.name}: transformers could not make a config from its metadata ({error})") from error
+    # All parts' tensors: the model is the whole split set (transformers looks at the first).
+    config = hf_metadata.fast_or_transformers(
+        lambda: hf_metadata.read_config(file.path, file.metadata, file.tensors),
+        lambda: AutoConfig.from_pretrained(file.path.parent, gguf_file=file.path.name), file.name, "config")
     # transformers maps no head size for qwen3: its config's default (128) is wrong for any
     # Qwen3 whose heads are another size; the file says which.
     key_length = file.metadata.get(f"{arch}.attention.key_length")
