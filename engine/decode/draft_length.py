@@ -19,6 +19,14 @@ ran the request at 0.88x of plain. That catch-up costs a fixed share of a plain 
 token whatever the wait, so where even 95% acceptance would gain less than twice that share,
 probing waits the longest and a request seeded with such costs lets the drafter skip the prompt
 until it drafts (int4 there: 0.87x -> 1.0x).
+
+v(0) is measured on plain passes only, and while speculation runs there are none: a v(0) taken
+once, on a slow first step (a machine whose memory is busier for a moment), made every later
+verification look free (v1 = verify - v(0) clamped at 0), and prose at 0.5 acceptance kept
+speculating at 0.89x of plain. So where the decision is close (the best k expected to gain less
+than ``REFRESH_BELOW``), every ``REFRESH_EVERY`` speculative passes one pass is a plain one that
+measures v(0) again; where speculation clearly pays, a stale v(0) cannot flip the decision and no
+pass is given up.
 """
 from __future__ import annotations
 
@@ -47,6 +55,9 @@ PROBE_BUDGET = 0.05  # share of the off steps' time that probing may cost
 #: Probing is worth it only while the best speculation could do (at 95% acceptance) gains at
 #: least this many times what catching the drafter up costs per off token.
 PROBE_GAIN_OVER_CATCH_UP = 2.0
+REFRESH_EVERY = 12  # speculative passes between two plain passes that measure v(0) again
+REFRESH_BELOW = 1.3  # ... while the best expected speedup is below this
+REFRESH_WEIGHT = 0.5  # how much a refresh pass's time moves v(0)
 
 
 class DraftLengthController:
@@ -94,6 +105,8 @@ class DraftLengthController:
         self._calibrated = False
         self._catch_up_per_token: float | None = None
         self._off_since_draft = 0  # off steps since the drafter last drafted (it catches up on them)
+        self._since_plain = 0  # speculative passes since the last plain one
+        self._resume_k = 0  # > 0 while the next pass is a plain one that refreshes v(0): k after it
         #: True when this request starts with speculation off and probing does not pay for
         #: itself: the drafter need not read the prompt until (if ever) it drafts.
         self.drafter_can_wait = False
@@ -153,6 +166,13 @@ class DraftLengthController:
             self._acc = d * self._acc + n_accepted
             self._tries = d * self._tries + tried
             self._draft_costs.append(draft_s / k)
+        self._since_plain = 0 if k == 0 else self._since_plain + 1
+        if k == 0 and self._resume_k and requested == 0:
+            # The refresh pass: v(0) as the machine runs now, then the decision it informs.
+            self._v0 = verify_s if self._v0 is None else (1 - REFRESH_WEIGHT) * self._v0 + REFRESH_WEIGHT * verify_s
+            resume, self._resume_k = self._resume_k, 0
+            self.k = self._choose(previous=resume)
+            return
         if k == 0:
             self._v0 = verify_s if self._v0 is None else d * self._v0 + (1 - d) * verify_s
         elif self._v0 is not None:
@@ -239,4 +259,7 @@ class DraftLengthController:
         else:
             self._wait = self.probe_every
             self._probing = False
+            if self._since_plain >= REFRESH_EVERY and best_s < REFRESH_BELOW:
+                self._resume_k = best_k
+                return 0
         return best_k

@@ -218,3 +218,47 @@ def test_a_request_seeded_with_dear_probes_lets_the_drafter_wait():
     cheap = DraftLengthController(max_k=4, probe_every=4, max_probe_every=64,
                                   known=MeasuredCosts(1.0, 0.35, 0.3, 0.6, catch_up_per_token_s=0.01))
     assert not cheap.drafter_can_wait and cheap.next_k() == 0
+
+
+def _run(ctrl, steps, accept_rate, verify, draft_step_s, first_plain_s=None):
+    """Drive ``ctrl`` like the decoding loop: verify(k) seconds a pass, ``first_plain_s`` for the
+    very first (plain) pass if given. Returns the k of every pass."""
+    ks = []
+    for i in range(steps):
+        k = ctrl.next_k()
+        n = 0
+        while n < k and ((i * 7 + n * 13) % 100) / 100 < accept_rate:
+            n += 1
+        seconds = first_plain_s if (i == 0 and first_plain_s is not None) else verify(k)
+        ctrl.record(k, n, seconds, draft_step_s * k, requested=k)
+        ks.append(k)
+    return ks
+
+
+def test_a_slow_first_plain_pass_does_not_make_verification_look_free():
+    # The first plain pass ran at 1.5 (a busy moment); plain passes really cost 1.0, each drafted
+    # row 0.25 more, a draft step 0.38, and half the drafts are accepted: speculation runs at
+    # ~0.92x of plain and must switch off. Measured against the stale 1.5, verification looked
+    # free and speculation stayed on.
+    ctrl = DraftLengthController(max_k=8)
+    ks = _run(ctrl, 60, 0.5, lambda k: 1.0 + 0.25 * k, 0.38, first_plain_s=1.5)
+    assert ctrl.verify_cost(0) < 1.1
+    assert ks[-10:].count(0) >= 8, ks
+
+
+def test_no_pass_is_given_up_to_measuring_where_speculation_clearly_pays():
+    ctrl = DraftLengthController(max_k=8)
+    ks = _run(ctrl, 80, 0.95, lambda k: 1.0 + 0.05 * k, 0.1)
+    assert ks[0] == 0 and 0 not in ks[1:], ks
+
+
+def test_a_close_call_measures_plain_passes_again_and_carries_on():
+    # Speculation gains ~1.1x: every REFRESH_EVERY passes one plain pass, then the same k again.
+    from engine.decode.draft_length import REFRESH_EVERY
+
+    ctrl = DraftLengthController(max_k=8)
+    ks = _run(ctrl, 60, 0.72, lambda k: 1.0 + 0.1 * k, 0.3)
+    plain = [i for i, k in enumerate(ks) if k == 0][1:]  # the first pass is the calibration
+    assert plain, ks
+    assert all(b - a > REFRESH_EVERY for a, b in zip(plain, plain[1:])), ks
+    assert ks[-1] > 0 or ks[-2] > 0
