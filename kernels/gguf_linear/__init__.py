@@ -70,6 +70,23 @@ def linear(x: torch.Tensor, w: GgufWeight, bias: torch.Tensor | None = None) -> 
     return reference.linear(x, w.raw, w.qtype, w.n, w.k, bias)
 
 
+def linear_group(x: torch.Tensor, weights, biases=None) -> torch.Tensor:
+    """[..., sum N]: ``linear(x, w, b)`` of several weights of the same width side by side, bit
+    for bit ``torch.cat([linear(x, w, b) ...], -1)``, in one call: the compiled backend quantizes
+    x once per block layout and shares all the weights' tiles out in one parallel region (a
+    layer's q, k, v or gate, up: fewer thread wake-ups and calls in a decode step)."""
+    weights = list(weights)
+    biases = [None] * len(weights) if biases is None else list(biases)
+    if not weights or len(biases) != len(weights):
+        raise ValueError("linear_group needs one or more weights, and a bias (or None) for each")
+    if any(w.k != x.shape[-1] for w in weights):
+        raise ValueError(f"input width {x.shape[-1]} does not match every weight's ({[w.k for w in weights]})")
+    fast = fast_backend()
+    if fast is not None and hasattr(fast, "linear_group") and len(weights) <= 8 and all(w.qtype in fast.TYPES for w in weights):
+        return fast.linear_group(x, weights, biases)
+    return torch.cat([linear(x, w, b) for w, b in zip(weights, biases)], dim=-1)
+
+
 def fast_types() -> tuple[T, ...]:
     """The types the backend in use computes itself (the others run on the reference)."""
     fast = fast_backend()
@@ -86,5 +103,5 @@ def backend_name() -> str:
     return f"gguf linear {active_backend()}{backend_detail()}"
 
 
-__all__ = ["SUPPORTED_TYPES", "GgufWeight", "active_backend", "available_backends", "backend_detail", "backend_name",
+__all__ = ["SUPPORTED_TYPES", "GgufWeight", "active_backend", "available_backends", "backend_detail", "backend_name", "linear_group",
            "dequantize", "fast_backend", "fast_types", "linear", "prepare", "use_backend"]

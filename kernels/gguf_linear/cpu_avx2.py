@@ -19,6 +19,14 @@ def linear(x: torch.Tensor, w, bias: torch.Tensor | None = None) -> torch.Tensor
     return _module().linear(x, w.raw, int(w.qtype), w.n, w.k, bias)
 
 
+_NO_BIAS = torch.empty(0)
+
+
+def linear_group(x: torch.Tensor, weights, biases) -> torch.Tensor:
+    return _module().linear_group(x, [w.raw for w in weights], [int(w.qtype) for w in weights], [w.n for w in weights],
+                                  weights[0].k, [_NO_BIAS if b is None else b for b in biases])
+
+
 def gguf_isa() -> str:
     """Which tiles run: "avx512_vnni" (where the CPU has them) or "avx2"."""
     return _module().gguf_isa()

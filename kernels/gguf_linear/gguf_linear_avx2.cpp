@@ -44,9 +44,76 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor raw, int64_t qtype, int64_t 
   const bool vnni = use_vnni();
   quantize_inputs(xf.data_ptr<float>(), M, K, QB, in, vnni && (qtype == Q4_K || qtype == Q5_K));
   const bool done = vnni
-      ? tandem_gguf_vnni::dispatch(qtype, tandem_gguf_vnni::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>()}, M)
-      : tandem_gguf_avx2::dispatch(qtype, tandem_gguf_avx2::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>()}, M);
+      ? tandem_gguf_vnni::dispatch(qtype, tandem_gguf_vnni::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N}, M)
+      : tandem_gguf_avx2::dispatch(qtype, tandem_gguf_avx2::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N}, M);
   TORCH_CHECK(done, "gguf linear: unsupported type ", qtype);
+  return out.to(x.scalar_type()).reshape(out_shape);
+}
+
+inline bool is_kquant(int64_t qtype) { return qtype == Q4_K || qtype == Q5_K || qtype == Q6_K; }
+
+// The jobs of ``linear_group`` on one tile set, run in one parallel region.
+template <class Job>
+bool run_jobs(const std::vector<torch::Tensor>& raws, const std::vector<int64_t>& qtypes, const std::vector<int64_t>& ns,
+              const std::vector<const float*>& biases, const std::vector<const Inputs*>& inputs, float* O, int64_t ldo,
+              int64_t M, bool (*run)(const Job*, const int64_t*, int64_t, int64_t)) {
+  std::vector<Job> jobs;
+  int64_t column = 0;
+  for (size_t j = 0; j < raws.size(); ++j) {
+    jobs.push_back(Job{raws[j].data_ptr<uint8_t>(), raws[j].size(1), ns[j], inputs[j], biases[j], O + column, ldo});
+    column += ns[j];
+  }
+  return run(jobs.data(), qtypes.data(), static_cast<int64_t>(jobs.size()), M);
+}
+
+// [x . W_0^T + b_0 | x . W_1^T + b_1 | ...]: several weights of width K on the same input,
+// their outputs side by side in one [.., sum N] tensor, each bit for bit what ``linear`` gives.
+// The input is quantized once per block layout and all the weights' tiles share one parallel
+// region. biases: an empty tensor for none.
+torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std::vector<int64_t> qtypes,
+                           std::vector<int64_t> ns, int64_t K, std::vector<torch::Tensor> biases) {
+  const size_t count = raws.size();
+  TORCH_CHECK(count >= 1 && count <= 8 && qtypes.size() == count && ns.size() == count && biases.size() == count,
+              "gguf linear group: 1 to 8 weights, each with its type, rows and bias");
+  TORCH_CHECK(x.size(-1) == K, "gguf linear group: input width must be the weights'");
+  int64_t total = 0;
+  std::vector<torch::Tensor> bias_f(count);
+  std::vector<const float*> B(count, nullptr);
+  for (size_t j = 0; j < count; ++j) {
+    TORCH_CHECK(K % (is_kquant(qtypes[j]) ? 256 : 32) == 0, "gguf linear group: input width must be a multiple of each block");
+    TORCH_CHECK(raws[j].scalar_type() == at::kByte && raws[j].dim() == 2 && raws[j].size(0) == ns[j] && raws[j].is_contiguous(),
+                "gguf linear group: raw weights must be contiguous uint8 [N, row_bytes]");
+    if (biases[j].defined() && biases[j].numel() > 0) {
+      bias_f[j] = biases[j].to(at::kFloat).contiguous();
+      TORCH_CHECK(bias_f[j].numel() == ns[j], "gguf linear group: a bias must have its weight's N values");
+      B[j] = bias_f[j].data_ptr<float>();
+    }
+    total += ns[j];
+  }
+  auto out_shape = x.sizes().vec();
+  out_shape.back() = total;
+  auto xf = x.reshape({-1, K}).to(at::kFloat).contiguous();
+  const int64_t M = xf.size(0);
+  auto out = torch::empty({M, total}, xf.options());
+  if (M == 0 || total == 0) return out.to(x.scalar_type()).reshape(out_shape);
+  const bool vnni = use_vnni();
+  // The input layouts the weights read: per 256 values (interleaved for VNNI Q4_K / Q5_K) or 32.
+  Inputs layouts[3];
+  bool made[3] = {false, false, false};
+  std::vector<const Inputs*> inputs(count);
+  for (size_t j = 0; j < count; ++j) {
+    const bool interleave = vnni && (qtypes[j] == Q4_K || qtypes[j] == Q5_K);
+    const int which = is_kquant(qtypes[j]) ? (interleave ? 0 : 1) : 2;
+    if (!made[which]) {
+      quantize_inputs(xf.data_ptr<float>(), M, K, which == 2 ? 32 : 256, layouts[which], interleave);
+      made[which] = true;
+    }
+    inputs[j] = &layouts[which];
+  }
+  const bool done = vnni
+      ? run_jobs<tandem_gguf_vnni::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_vnni::run_group)
+      : run_jobs<tandem_gguf_avx2::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_avx2::run_group);
+  TORCH_CHECK(done, "gguf linear group: a type these tiles do not cover");
   return out.to(x.scalar_type()).reshape(out_shape);
 }
 
@@ -55,6 +122,9 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor raw, int64_t qtype, int64_t 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Release the GIL while computing: the Qt window's thread must keep running during a step.
   m.def("linear", &tandem_gguf::linear, "GGUF-block linear, inputs quantized to int8 per block",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("linear_group", &tandem_gguf::linear_group,
+        "several GGUF-block linears on one input, outputs side by side, in one parallel region",
         py::call_guard<py::gil_scoped_release>());
   m.def("gguf_isa", []() { return std::string(tandem_avx2::tile_set_name(tandem_gguf::vnni_enabled())); },
         "which tiles run: avx512_vnni or avx2");

@@ -76,6 +76,23 @@ def test_a_row_does_not_depend_on_how_many_rows_share_the_pass(loaded):
     assert torch.equal(together, one_by_one)
 
 
+def test_a_layers_linears_in_one_call_give_the_bits_of_one_call_each(loaded):
+    """q, k, v and gate, up run as one kernel call per group (gguf_linear.linear_group) where the
+    file's blocks allow; the same runner with the groups taken apart gives the same bits."""
+    vocab = loaded.model.config.vocab_size
+    grouped, separate = GgufRunner(loaded.model), GgufRunner(loaded.model)
+    for layer in separate.layers:
+        layer.qkv = layer.gate_up = None
+    assert all(layer.gate_up is not None for layer in grouped.layers)
+    # A llama file stores Q and K with their rows reordered: those stay one call each.
+    assert all((layer.qkv is None) == (loaded.model.config.model_type == "llama") for layer in grouped.layers)
+    prompt = _ids(14, 4, vocab)
+    assert torch.equal(grouped.forward(prompt, 3), separate.forward(prompt, 3))
+    for rows in (1, 5):
+        block = _ids(rows, 5 + rows, vocab)
+        assert torch.equal(grouped.forward(block, rows), separate.forward(block, rows))
+
+
 def test_a_long_prompt_prefills_with_fused_attention_and_stays_close(loaded):
     """Past PREFILL_ROWS rows both runners take PyTorch's SDPA (plain and speculative decoding
     prefill a prompt alike); a second long chunk attends to the first through the causal mask."""

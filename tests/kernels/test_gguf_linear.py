@@ -191,6 +191,34 @@ def test_compiled_tiles_match_the_reference_bit_for_bit(kernel, qtype, n, k):
     assert torch.equal(gguf_linear.linear(xb, w, bias), reference.linear(xb, raw, qtype, n, k, bias))
 
 
+def test_a_group_of_weights_in_one_call_gives_each_weights_reference_bits(kernel):
+    """linear_group: every type at once on one input (K-quants and legacy types, so every input
+    layout), with and without biases, odd widths, 1..20 rows: each weight's outputs are the
+    reference's bits, side by side in the group's order."""
+    k = 512
+    weights, raws, biases = [], [], []
+    for i, qtype in enumerate(TYPES):
+        n = 5 + 3 * i  # widths that leave partial tiles
+        raw = random_raw(qtype, n, k, seed=100 + i)
+        raws.append(raw)
+        weights.append(gguf_linear.prepare(raw, qtype, n, k))
+        biases.append(torch.randn(n) if i % 2 == 0 else None)
+    x = _inputs(20, k, seed=7)
+    want = torch.cat([reference.linear(x, raw, w.qtype, w.n, k, b) for raw, w, b in zip(raws, weights, biases)], dim=-1)
+    assert len(weights) == 8  # the most one call takes
+    first = weights
+    for m in range(1, 21):
+        assert torch.equal(gguf_linear.linear_group(x[:m], weights, biases), want[:m]), m
+    # One weight alone is linear(); no biases given is no bias for any.
+    assert torch.equal(gguf_linear.linear_group(x[:3], weights[:1], biases[:1]), gguf_linear.linear(x[:3], weights[0], biases[0]))
+    plain = torch.cat([gguf_linear.linear(x[:4], w) for w in first], dim=-1)
+    assert torch.equal(gguf_linear.linear_group(x[:4], first), plain)
+    with pytest.raises(ValueError, match="input width"):
+        gguf_linear.linear_group(torch.randn(2, 256), first)
+    with pytest.raises(ValueError, match="a bias"):
+        gguf_linear.linear_group(x[:2], first, biases[:2])
+
+
 def test_compiled_backend_covers_every_type(kernel):
     assert set(gguf_linear.fast_types()) == set(TYPES)
     # The tile set in the name comes from the shared backend registry's isa query.
