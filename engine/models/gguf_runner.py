@@ -98,10 +98,16 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def _rotate(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """transformers' rotate-half rotary embedding; t [rows, heads, D], cos / sin [rows, 1, D]."""
-    half = t.shape[-1] // 2
-    return t * cos + torch.cat((-t[..., half:], t[..., :half]), dim=-1) * sin
+def _rotate(t: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """transformers' rotate-half rotary embedding, t * cos + cat(-t2, t1) * sin, in 4 ops not 7:
+    ``signed_sin`` is cat(-sin1, sin2) (see _signed_sin) and (-a) * b is -(a * b) exactly, so
+    roll(t) * signed_sin has the same bits. t [rows, heads, D], cos / sin [rows, 1, D]."""
+    return t * cos + t.roll(t.shape[-1] // 2, dims=-1) * signed_sin
+
+
+def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
 class GgufRunner:
@@ -151,7 +157,7 @@ class GgufRunner:
         freqs = torch.arange(start, end, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
         angles = torch.cat((freqs, freqs), dim=-1)
         cos = (angles.cos() * self.rope_scale)[:, None, :]
-        sin = (angles.sin() * self.rope_scale)[:, None, :]
+        sin = _signed_sin((angles.sin() * self.rope_scale)[:, None, :])
         H, KVH, D = self.n_heads, self.n_kv, self.head_dim
         for i, layer in enumerate(self.layers):
             h = _rms_norm(x, layer.input_norm, self.eps)
