@@ -70,15 +70,35 @@ inline __m512i scaled_dot(__m512i acc, __m512i a, __m512i b, const int8_t* x, __
   return _mm512_dpwssd_epi32(acc, _mm512_packs_epi32(da, db), scales);
 }
 
-inline __m256i fold(__m512i v) { return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)); }
+// z[0..7]: 8 weight rows' 16 int32 lanes each -> one vector holding each row's lane sum, in
+// order (exact, so the same S as any other order): unpacks of row pairs, then of pairs of
+// pairs, then the four 128-bit lanes folded. 24 single-uop instructions, where folding each row
+// to 8 lanes and summing those with hadds took ~37 uops: a verified row's K-quant work is
+// these sums more than anything but the dot products.
+inline __m256i reduce_lanes(const __m512i* z) {
+  __m512i p[4];
+  for (int k = 0; k < 4; ++k)
+    p[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2 * k], z[2 * k + 1]), _mm512_unpackhi_epi32(z[2 * k], z[2 * k + 1]));
+  // 128-bit lane q of p[k]: [row 2k, row 2k+1, row 2k, row 2k+1] partial sums.
+  const __m512i q0 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[0], p[1]), _mm512_unpackhi_epi64(p[0], p[1]));
+  const __m512i q1 = _mm512_add_epi32(_mm512_unpacklo_epi64(p[2], p[3]), _mm512_unpackhi_epi64(p[2], p[3]));
+  // 128-bit lane q of q0: rows 0..3's sums over their lane q; q1: rows 4..7's.
+  const __m512i r = _mm512_add_epi32(_mm512_shuffle_i64x2(q0, q1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                     _mm512_shuffle_i64x2(q0, q1, _MM_SHUFFLE(3, 2, 3, 2)));
+  // r: [rows 0-3 (lanes 0+2), rows 0-3 (1+3), rows 4-7 (0+2), rows 4-7 (1+3)].
+  const __m512i t = _mm512_add_epi32(r, _mm512_shuffle_i64x2(r, r, _MM_SHUFFLE(2, 3, 0, 1)));
+  return _mm512_castsi512_si256(_mm512_permutexvar_epi64(_mm512_setr_epi64(0, 1, 4, 5, 0, 1, 4, 5), t));
+}
 
 template <bool kFive>
 struct QK {  // Q4_K, Q5_K: inputs interleaved (Inputs::pairs)
   static constexpr int kValues = 256, kBytes = kFive ? 176 : 144, kOffset = 0, kMins = 1, kHalves = 0;
   static constexpr bool kDHigh = false, kNegate = true, kWholeTile = false;
 
+  using Lanes = __m512i;
+
   template <int MR>
-  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i* mins, int stride) {
+  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m512i* s, __m128i* mins, int stride) {
     const __m256i sm = _mm256_cvtepu8_epi16(tandem_gguf::k_scales_mins(blk + 4));  // scales 0..7, mins 0..7
     const __m512i sm512 = _mm512_castsi256_si512(sm);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -101,7 +121,7 @@ struct QK {  // Q4_K, Q5_K: inputs interleaved (Inputs::pairs)
       const __m512i scales = _mm512_permutexvar_epi16(packed_scale_index(h), sm512);
       for (int r = 0; r < MR; ++r) acc[r] = scaled_dot(acc[r], a, c, in.row(m0 + r) + b * 256 + 128 * h, scales);
     }
-    for (int r = 0; r < MR; ++r) s[r * stride] = fold(acc[r]);
+    for (int r = 0; r < MR; ++r) s[r * stride] = acc[r];
     *mins = _mm256_extracti128_si256(sm, 1);
   }
 };
@@ -110,8 +130,10 @@ struct Q6K {
   static constexpr int kValues = 256, kBytes = 210, kOffset = 0, kMins = 0, kHalves = 206;  // d at 208
   static constexpr bool kDHigh = true, kNegate = false, kWholeTile = false;
 
+  using Lanes = __m512i;
+
   template <int MR>
-  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m256i* s, __m128i*, int stride) {
+  static void sums(const uint8_t* blk, const Inputs& in, int64_t b, int64_t m0, __m512i* s, __m128i*, int stride) {
     const __m256i sc16 = _mm256_cvtepi8_epi16(load128(blk + 192));
     const __m512i sc512 = _mm512_castsi256_si512(sc16);
     const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
@@ -132,7 +154,8 @@ struct Q6K {
     }
     // The codes above are 0..63: take 32 * sum_j sc_j * xs16_j back off.
     for (int r = 0; r < MR; ++r)
-      s[r * stride] = _mm256_sub_epi32(fold(acc[r]), _mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(in.sums16(m0 + r) + b * 16)), 5));
+      s[r * stride] = _mm512_sub_epi32(
+          acc[r], _mm512_zextsi256_si512(_mm256_slli_epi32(_mm256_madd_epi16(sc16, load256(in.sums16(m0 + r) + b * 16)), 5)));
   }
 };
 

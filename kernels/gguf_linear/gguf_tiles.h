@@ -29,6 +29,15 @@ inline __m256i sum_lanes8(const __m256i* v) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(s0123, s4567, 0x20), _mm256_permute2x128_si256(s0123, s4567, 0x31));
 }
 
+inline __m256i reduce_lanes(const __m256i* v) { return sum_lanes8(v); }
+
+// What a format's sums() leaves per (input row, weight row): 8 int32 lanes, or the format's own
+// ``Lanes`` (the VNNI K-quants: 16, summed together with the other rows' in reduce_lanes).
+template <class F, class = void>
+struct LanesOf { using type = __m256i; };
+template <class F>
+struct LanesOf<F, std::void_t<typename F::Lanes>> { using type = typename F::Lanes; };
+
 // mins[0..7]: 8 rows' 8 int16 mins -> 4 vectors, vector k holding each row's mins 2k, 2k+1 (a
 // transpose of 32-bit words), so that Mn for the 8 rows is 4 vpmaddwd against the input sums.
 inline void transpose_mins(const __m128i* mins, __m256i* w) {
@@ -68,7 +77,7 @@ inline void tile(const Job& job, int64_t n0, int64_t m0, bool prefetch) {
   for (int i = 0; i < kRows; ++i) rows[i] = job.W + std::min<int64_t>(n0 + i, job.N - 1) * job.row_bytes;
   __m256 acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
-  __m256i s[MR][kRows];
+  typename LanesOf<F>::type s[MR][kRows];
   __m128i mins[kRows];
   alignas(32) int32_t apart[kRows];  // the rows' distances from the first, for the gather
   for (int i = 0; i < kRows; ++i) apart[i] = static_cast<int32_t>(rows[i] - rows[0]);
@@ -89,7 +98,7 @@ inline void tile(const Job& job, int64_t n0, int64_t m0, bool prefetch) {
     } else {
 #pragma GCC unroll 8
       for (int i = 0; i < kRows; ++i) F::template sums<MR>(rows[i] + b * F::kBytes, in, b, m0, &s[0][i], &mins[i], kRows);
-      for (int r = 0; r < MR; ++r) S[r] = sum_lanes8(s[r]);
+      for (int r = 0; r < MR; ++r) S[r] = reduce_lanes(s[r]);
     }
     // The 8 rows' fp16 scales in one gather: [low halves | high halves] -> fp32.
     const __m256i word = _mm256_i32gather_epi32(reinterpret_cast<const int*>(rows[0] + b * F::kBytes + F::kHalves), offsets, 1);
