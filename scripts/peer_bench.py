@@ -51,6 +51,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         " as a user runs it (its threads spin a while between operations); passive waiting cost both"
                         " ~40%% of their decode rate on a quiet machine (same run), but on one whose cores are"
                         " oversubscribed spin-waiting threads make a 2-thread decode several times slower")
+    p.add_argument("--no-repack", action="store_true",
+                   help="run llama.cpp without its weight repacking (--repack 0 / --no-repack). On a CPU with AMX its"
+                        " repacked AMX path is what runs; on a VM that exposes AMX its speculative binary crashed there"
+                        " (SIGSEGV in ggml_backend_amx_mul_mat) and its plain decode ran slower than without repacking")
     p.add_argument("--json", default="peer-llamacpp.json")
     model_options(p)
     p.set_defaults(precision="file", max_new_tokens=96)
@@ -80,7 +84,8 @@ class Peer:
         self.rows: dict[str, dict] = {}
 
     def plain(self) -> dict:
-        run, _ = llamacpp.run_plain(self.binaries, self.target, self.args.max_new_tokens, self.args.threads, self.args.repeats)
+        run, _ = llamacpp.run_plain(self.binaries, self.target, self.args.max_new_tokens, self.args.threads, self.args.repeats,
+                                    repack=not self.args.no_repack)
         return {"tok_per_s": run.tok_per_s, "samples": list(run.samples_tok_per_s), "stddev": run.stddev_tok_per_s,
                 "cpu_info": run.cpu_info, "build_commit": run.build_commit, "build_number": run.build_number,
                 "model_type": run.model_type}
@@ -89,7 +94,7 @@ class Peer:
         by_setting = {}
         for n in self.args.draft_max:
             runs = [llamacpp.run_speculative(self.binaries, self.target, self.drafter, text, n, self.args.max_new_tokens,
-                                             self.args.threads)[0] for _ in range(self.args.repeats)]
+                                             self.args.threads, repack=not self.args.no_repack)[0] for _ in range(self.args.repeats)]
             best = median_by(runs, "decode_tok_per_s")
             by_setting[str(n)] = {"decode_tok_per_s": best.decode_tok_per_s, "runs": [r.decode_tok_per_s for r in runs],
                                   "decoded_tokens": best.decoded_tokens, "prompt_tokens": best.prompt_tokens,
@@ -217,7 +222,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     record = {"what": "Tandem against llama.cpp on the same GGUF files, one run, alternating prompt by prompt",
               "cpu": cpu_model(), "threads": args.threads, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-              "draft_max": args.draft_max, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average_before": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "draft_max": args.draft_max, "llamacpp_repack": not args.no_repack, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average_before": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "notes": ["decode rates: Tandem's counts the tokens after the first over the time after it; llama-speculative-simple's"
                         " counts every generated token from the pass after the prompt's prefill; llama-bench's tg is decoding from an empty"
                         " context (-p 0 -n N)"]}

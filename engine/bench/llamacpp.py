@@ -178,11 +178,12 @@ def _run(command: list[str], timeout: float) -> str:
 
 
 def run_plain(binaries: PeerBinaries, model: Path, n_gen: int = 96, threads: int = 2, repeats: int = 1,
-              timeout: float = 600) -> tuple[PlainRun, str]:
+              timeout: float = 600, repack: bool = True) -> tuple[PlainRun, str]:
     """llama-bench's tg rate for ``model`` (no prompt, ``n_gen`` tokens, ``repeats`` repetitions
-    after its own warm-up run); with the raw output, for the record."""
+    after its own warm-up run); with the raw output, for the record. ``repack``: llama.cpp's
+    default weight repacking for its CPU kernels (on an AMX CPU, its AMX layout)."""
     text = _run([str(binaries.bench), "-m", str(model), "-p", "0", "-n", str(n_gen), "-t", str(threads),
-                 "-r", str(repeats), "-o", "jsonl"], timeout)
+                 "-r", str(repeats), "--repack", "1" if repack else "0", "-o", "jsonl"], timeout)
     return parse_bench_jsonl(text)[0], text
 
 
@@ -196,8 +197,9 @@ def speculative_command(binaries: PeerBinaries, target: Path, drafter: Path, pro
 
 
 def run_speculative(binaries: PeerBinaries, target: Path, drafter: Path, prompt: str, draft_max: int,
-                    n_predict: int = 96, threads: int = 2, timeout: float = 600) -> tuple[SpeculativeRun, str]:
-    text = _run(speculative_command(binaries, target, drafter, prompt, draft_max, n_predict, threads), timeout)
+                    n_predict: int = 96, threads: int = 2, timeout: float = 600, repack: bool = True) -> tuple[SpeculativeRun, str]:
+    extra = () if repack else ("--no-repack",)
+    text = _run(speculative_command(binaries, target, drafter, prompt, draft_max, n_predict, threads, extra), timeout)
     return parse_speculative(text), text
 
 
