@@ -3,7 +3,7 @@
 Same interface as ModelRunner (reset, forward_hidden, forward, crop, length) for the drafters
 it supports: Llama / Qwen2-shaped models whose linear layers are Int8Linear (engine.quant.quantize),
 with plain rotary embeddings and no sliding window. It reads the model's own int8 buffers (no
-copy) and keeps its own fp32 key/value cache, grown by doubling.
+copy) and keeps its own fp32 key/value cache (engine.models.own_cache_runner).
 """
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import logging
 import torch
 
 from engine.models.architecture import plain_causal_reason
-from engine.models.kv_buffers import KVBuffers
-from engine.models.runner import ContextTooLong
+from engine.models.own_cache_runner import OwnCacheRunner
 from engine.quant.quantize import Int4Linear, Int8Linear
 from kernels import draft_decoder
 from kernels.draft_decoder.reference import rms_norm
@@ -60,22 +59,14 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
-class FusedRunner:
+class FusedRunner(OwnCacheRunner):
     def __init__(self, model, initial_capacity: int = 256) -> None:
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"FusedRunner cannot run this model: {reason}")
-        self.model = model
-        config = model.config
+        super().__init__(model)
         decoder = model.get_decoder()
-        self.max_positions = getattr(config, "max_position_embeddings", None)
-        self.n_heads = config.num_attention_heads
-        self.n_kv = config.num_key_value_heads
-        self.eps = float(config.rms_norm_eps)
         self.embed = model.get_input_embeddings().weight
-        self.final_norm = decoder.norm.weight.float()
-        self.inv_freq = decoder.rotary_emb.inv_freq.float()
-        self.rope_scale = float(getattr(decoder.rotary_emb, "attention_scaling", 1.0))
         self.layers = []
         for layer in decoder.layers:
             parts = _layer_parts(layer)
@@ -93,27 +84,13 @@ class FusedRunner:
                 # int8 targets' layers round their inputs to int16 (Int8Linear.int16_inputs).
                 any(isinstance(p, Int8Linear) and p.int16_inputs for p in parts),
             ))
-        self.head_dim = decoder.layers[0].self_attn.q_proj.out_features // self.n_heads
-        self.kv = KVBuffers(len(self.layers), self.n_kv, self.head_dim, initial_capacity)
-        self.reset()
-
-    def reset(self) -> None:
-        self.length = 0
-
-    def crop(self, length: int) -> None:
-        """Forget cached positions from ``length`` on (no-op when already shorter)."""
-        self.length = min(self.length, length)
+        self._allocate_cache(len(self.layers), decoder.layers[0].self_attn.q_proj.out_features // self.n_heads, initial_capacity)
 
     @torch.inference_mode()
     def forward_hidden(self, token_ids: list[int], n_last: int = 1) -> torch.Tensor:
         """Feed ``token_ids`` after the cached ones; the final normed hidden states [n_last, H]."""
         n = len(token_ids)
-        if n == 0:
-            raise ValueError("nothing to feed")
-        end = self.length + n
-        if self.max_positions and end > self.max_positions:
-            raise ContextTooLong(f"context of {end} tokens exceeds the model's window of {self.max_positions}")
-        self.kv.ensure(end)
+        _, end = self._new_positions(n)
         x = self.embed[torch.tensor(token_ids)].float().contiguous()
         angles = torch.arange(self.length, end, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
         cos = (angles.cos() * self.rope_scale).contiguous()

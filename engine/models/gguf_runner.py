@@ -4,7 +4,7 @@ Why: on a GGUF target the quantized linears are one kernel call each, and what s
 transformers' modules (cache objects, masks, position plumbing, ~50 small ops per layer) cost
 ~16% of a one-token step on the default target. This runner does the same arithmetic in a dozen
 ops a layer over the model's own modules and tensors (no copy of any weight), with its own fp32
-key/value cache (engine.models.kv_buffers). Same interface as ModelRunner (reset, forward_hidden,
+key/value cache (engine.models.own_cache_runner). Same interface as ModelRunner (reset, forward_hidden,
 forward, crop, length) for the targets it supports: Llama / Qwen2 / Qwen3-shaped GGUF models
 with plain rotary embeddings, a SwiGLU MLP and no sliding window.
 
@@ -23,8 +23,7 @@ from torch.nn import functional as F
 
 from engine.gguf.modules import DenseLinear, GgufLinear
 from engine.models.invariant_attention import PREFILL_ROWS
-from engine.models.kv_buffers import KVBuffers
-from engine.models.runner import ContextTooLong
+from engine.models.own_cache_runner import OwnCacheRunner
 from kernels import attention, gguf_linear
 
 log = logging.getLogger(__name__)
@@ -110,47 +109,26 @@ def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
     return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
-class GgufRunner:
+class GgufRunner(OwnCacheRunner):
     def __init__(self, model, initial_capacity: int = 256) -> None:
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"GgufRunner cannot run this model: {reason}")
-        self.model = model
-        config = model.config
+        super().__init__(model)
         decoder = model.get_decoder()
-        self.max_positions = getattr(config, "max_position_embeddings", None)
-        self.n_heads = config.num_attention_heads
-        self.n_kv = config.num_key_value_heads
-        self.eps = float(config.rms_norm_eps)
         self.embed = model.get_input_embeddings()
         self.head = model.get_output_embeddings()
-        self.final_norm = decoder.norm.weight.float()
-        self.inv_freq = decoder.rotary_emb.inv_freq.float()
-        self.rope_scale = float(getattr(decoder.rotary_emb, "attention_scaling", 1.0))
         self.layers = [_Layer(layer) for layer in decoder.layers]
         attn = decoder.layers[0].self_attn
-        self.head_dim = int(getattr(attn, "head_dim", attn.q_proj.out_features // self.n_heads))
+        self._allocate_cache(len(self.layers), int(getattr(attn, "head_dim", attn.q_proj.out_features // self.n_heads)),
+                             initial_capacity)
         self.scaling = float(getattr(attn, "scaling", self.head_dim ** -0.5))
-        self.kv = KVBuffers(len(self.layers), self.n_kv, self.head_dim, initial_capacity)
-        self.reset()
-
-    def reset(self) -> None:
-        self.length = 0
-
-    def crop(self, length: int) -> None:
-        """Forget cached positions from ``length`` on (no-op when already shorter)."""
-        self.length = min(self.length, length)
 
     @torch.inference_mode()
     def forward_hidden(self, token_ids: list[int] | torch.Tensor, n_last: int = 1) -> torch.Tensor:
         """Feed ``token_ids`` after the cached ones; the final normed hidden states [n_last, H]."""
         n = len(token_ids)
-        if n == 0:
-            raise ValueError("nothing to feed")
-        start, end = self.length, self.length + n
-        if self.max_positions and end > self.max_positions:
-            raise ContextTooLong(f"context of {end} tokens exceeds the model's window of {self.max_positions}")
-        self.kv.ensure(end)
+        start, end = self._new_positions(n)
         ids = token_ids.to(torch.long).view(n) if isinstance(token_ids, torch.Tensor) else torch.tensor(token_ids)
         x = self.embed(ids).float()
         # cos / sin as transformers' rotary module makes them: the angles in fp32, doubled.

@@ -1,0 +1,43 @@
+"""What the runners that compute a decoder's layers themselves (engine.drafters.fused_runner's
+FusedRunner, engine.models.gguf_runner's GgufRunner) share: the decoder's geometry read from its
+config, their own fp32 key/value cache (engine.models.kv_buffers), and that cache's bookkeeping
+(reset, crop, the model's context window). Each runner adds its layers and forward passes."""
+from __future__ import annotations
+
+from engine.models.kv_buffers import KVBuffers
+from engine.models.runner import ContextTooLong
+
+
+class OwnCacheRunner:
+    def __init__(self, model) -> None:
+        config, decoder = model.config, model.get_decoder()
+        self.model = model
+        self.max_positions = getattr(config, "max_position_embeddings", None)
+        self.n_heads = config.num_attention_heads
+        self.n_kv = config.num_key_value_heads
+        self.eps = float(config.rms_norm_eps)
+        self.final_norm = decoder.norm.weight.float()
+        self.inv_freq = decoder.rotary_emb.inv_freq.float()
+        self.rope_scale = float(getattr(decoder.rotary_emb, "attention_scaling", 1.0))
+        self.length = 0
+
+    def _allocate_cache(self, layers: int, head_dim: int, capacity: int) -> None:
+        self.head_dim = head_dim
+        self.kv = KVBuffers(layers, self.n_kv, head_dim, capacity)
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        """Forget cached positions from ``length`` on (no-op when already shorter)."""
+        self.length = min(self.length, length)
+
+    def _new_positions(self, n: int) -> tuple[int, int]:
+        """(start, end) of ``n`` rows fed after the cached ones, with cache room for them."""
+        if n == 0:
+            raise ValueError("nothing to feed")
+        start, end = self.length, self.length + n
+        if self.max_positions and end > self.max_positions:
+            raise ContextTooLong(f"context of {end} tokens exceeds the model's window of {self.max_positions}")
+        self.kv.ensure(end)
+        return start, end
