@@ -119,11 +119,17 @@ def activation_bytes(arch: Architecture, tokens: int, precision: str, device: De
     output of the fast linear kernel before it is narrowed (4 more bytes); next to it the
     residual stream and its normalized copy (2a) and RMSNorm's fp32 upcast (4) per hidden unit.
     Attention on CPU and GPU uses fused SDPA kernels whose memory grows with T, not T^2.
-    Measured for Qwen2.5-Coder-1.5B, bf16, CPU: 93 MiB at 1,020 tokens; this gives 99 MiB."""
+    Measured for Qwen2.5-Coder-1.5B, bf16, CPU: 93 MiB at 1,020 tokens; this gives 99 MiB.
+
+    A GGUF model on the CPU (precision "file", engine.models.gguf_runner) holds more there: gate
+    and up come out of one call as one [T, 2 x intermediate] fp32 tensor, next to SiLU(gate), the
+    product, and the down projection's int8 copy of its input: 4a + 1 bytes per element, not 3a
+    (at 2k tokens on the default target ~90 MiB more than the 3a model says)."""
     a = dtype_bytes(precision, device)
     inter = arch.intermediate_size or 4 * arch.hidden_size
     staging = 4 if device == "cpu" and a == 2 else 0
-    per_token = inter * (3 * a + staging) + arch.hidden_size * (2 * a + 4)
+    mlp = 4 * a + 1 if canonical_precision(precision) == FILE_PRECISION and device == "cpu" else 3 * a
+    per_token = inter * (mlp + staging) + arch.hidden_size * (2 * a + 4)
     # Right after a prefill longer than the window, sliding layers still hold all of its K/V.
     transient_kv = arch.prefill_kv_bytes(tokens, a) - arch.kv_bytes(tokens, a)
     return int(tokens * per_token) + transient_kv
