@@ -8,6 +8,7 @@
 #include "int4_gemm.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <vector>
 
 namespace {
@@ -141,6 +142,30 @@ void lin(const float* h, int64_t M, int64_t K, const Weight& w, const c10::optio
     tandem_int8::linear_into_any(h, M, K, w.w, w.s.data_ptr<float>(), opt_ptr(b), w.out_features(), out);
 }
 
+// outs[i][M, N_i] = h[M, K] . W_i^T + b_i for weights on one input. All int4: the input is
+// quantized once and the weights share one parallel region (tandem_int4::linear_group_into);
+// else one call each. Same bits either way.
+void lin_group(const float* h, int64_t M, int64_t K, std::initializer_list<const Weight*> ws,
+               std::initializer_list<const c10::optional<torch::Tensor>*> bs, std::initializer_list<float*> outs) {
+  const auto w = ws.begin();
+  const auto b = bs.begin();
+  const auto o = outs.begin();
+  const int count = static_cast<int>(ws.size());
+  bool all_int4 = true;
+  for (int i = 0; i < count; ++i) all_int4 = all_int4 && w[i]->int4();
+  if (!all_int4) {
+    for (int i = 0; i < count; ++i) lin(h, M, K, *w[i], *b[i], o[i]);
+    return;
+  }
+  tandem_int4::Quantized xq;
+  tandem_int4::quantize_rows(h, M, K, xq);
+  std::vector<tandem_int4::Args> args;
+  for (int i = 0; i < count; ++i)
+    args.push_back({xq.q.data(), xq.d.data(), xq.sum.data(), w[i]->w.data_ptr<uint8_t>(), tandem_int4::half_ptr(w[i]->s),
+                    tandem_int4::half_ptr(*w[i]->off), opt_ptr(*b[i]), o[i], K, w[i]->out_features()});
+  tandem_int4::linear_group_into(args.data(), count, M);
+}
+
 }  // namespace
 
 // Runs the layer on x [M, H] fp32 in place and writes the new keys/values into kc/vc
@@ -178,9 +203,7 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
   const float fe = static_cast<float>(eps);
   std::vector<float> h(M * H), q(M * n_heads * D), k(M * n_kv * D), v(M * n_kv * D), a(M * n_heads * D), o(M * H);
   rms_norm(X, ln1.data_ptr<float>(), h.data(), M, H, fe);
-  lin(h.data(), M, H, Wq, bq, q.data());
-  lin(h.data(), M, H, Wk, bk, k.data());
-  lin(h.data(), M, H, Wv, bv, v.data());
+  lin_group(h.data(), M, H, {&Wq, &Wk, &Wv}, {&bq, &bk, &bv}, {q.data(), k.data(), v.data()});
   rope(q.data(), M, n_heads, D, cos.data_ptr<float>(), sin.data_ptr<float>());
   rope(k.data(), M, n_kv, D, cos.data_ptr<float>(), sin.data_ptr<float>());
   float* KC = kc.data_ptr<float>();
@@ -197,8 +220,7 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
   rms_norm(X, ln2.data_ptr<float>(), h.data(), M, H, fe);
   std::vector<float> gate(M * I), up(M * I);
   const c10::optional<torch::Tensor> none;
-  lin(h.data(), M, H, Wg, none, gate.data());
-  lin(h.data(), M, H, Wu, none, up.data());
+  lin_group(h.data(), M, H, {&Wg, &Wu}, {&none, &none}, {gate.data(), up.data()});
   silu_mul(gate.data(), up.data(), M * I);
   lin(gate.data(), M, I, Wd, none, o.data());
   for (int64_t i = 0; i < M * H; ++i) X[i] += o[i];

@@ -156,12 +156,37 @@ inline bool use_vnni() { return vnni_enabled() && tandem_avx2::cpu_has_avx512_vn
 // "avx512_vnni" or "avx2": the tiles that run (for reports, tests).
 inline const char* tile_set() { return tandem_avx2::tile_set_name(vnni_enabled()); }
 
+// The AVX2 tiles over panels p0 .. p1-1 against all M input rows.
+inline void panel_range(const Args& a, int64_t M, int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p)
+    for (int64_t m = 0; m < M; m += 4) panel_rows(std::min<int64_t>(4, M - m), a, m, p);
+}
+
 inline void linear_into(const Args& a, int64_t M) {
   if (use_vnni()) return tandem_int4_vnni::linear_into(a, M);
   // Split across threads only when each gets enough weights to amortize waking it (~32 KB).
-  at::parallel_for(0, a.N / 4, panel_grain(a.K), [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p)
-      for (int64_t m = 0; m < M; m += 4) panel_rows(std::min<int64_t>(4, M - m), a, m, p);
+  at::parallel_for(0, a.N / 4, panel_grain(a.K), [&](int64_t p0, int64_t p1) { panel_range(a, M, p0, p1); });
+}
+
+// Several weights on the same quantized input (a decoder layer's q / k / v, or gate / up), in
+// one parallel region over all their panels: a thread is woken once, not once per weight, and
+// the small k / v projections (~60 KB each on a 0.5B drafter) no longer pay a region of their
+// own. Each panel runs the tiles linear_into runs for it, so every output has the bits the
+// weight's own call gives.
+inline void linear_group_into(const Args* weights, int count, int64_t M) {
+  int64_t total = 0;
+  for (int i = 0; i < count; ++i) total += weights[i].N / 4;
+  const bool vnni = use_vnni();
+  tandem_tiles::parallel_blocks(total, panel_grain(weights[0].K), 4, [&](int64_t p0, int64_t p1) {
+    int64_t first = 0;  // the group's panel index of weight i's panel 0
+    for (int i = 0; i < count && first < p1; first += weights[i].N / 4, ++i) {
+      const int64_t lo = std::max(p0, first) - first, hi = std::min(p1, first + weights[i].N / 4) - first;
+      if (lo >= hi) continue;
+      if (vnni)
+        tandem_int4_vnni::panel_range(weights[i], M, lo, hi);
+      else
+        panel_range(weights[i], M, lo, hi);
+    }
   });
 }
 

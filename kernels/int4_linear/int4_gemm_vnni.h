@@ -109,13 +109,18 @@ inline void rows(int64_t count, const Args& a, int64_t m, int64_t p0, int64_t p1
   }
 }
 
+constexpr int64_t kPanels = 4;  // 16 weight rows stay in L1 while every chunk of rows uses them
+
+// Panels p0 .. p1-1 against all M input rows: verification (up to 9 rows) in one pass, a
+// prefill in chunks of 8 (18-27 registers).
+inline void panel_range(const Args& a, int64_t M, int64_t p0, int64_t p1) {
+  const int64_t chunk = M <= 9 ? M : 8;
+  for (int64_t m = 0; m < M; m += chunk) rows(std::min(chunk, M - m), a, m, p0, p1, m == 0);
+}
+
 inline void linear_into(const Args& a, int64_t M) {
-  constexpr int64_t kPanels = 4;  // 16 weight rows stay in L1 while every chunk of rows uses them
-  tandem_tiles::parallel_blocks(a.N / 4, tandem_int4::panel_grain(a.K), kPanels, [&](int64_t p0, int64_t p1) {
-    // Verification (up to 9 rows) in one pass; a prefill in chunks of 8 (18-27 registers).
-    const int64_t chunk = M <= 9 ? M : 8;
-    for (int64_t m = 0; m < M; m += chunk) rows(std::min(chunk, M - m), a, m, p0, p1, m == 0);
-  });
+  tandem_tiles::parallel_blocks(a.N / 4, tandem_int4::panel_grain(a.K), kPanels,
+                                [&](int64_t p0, int64_t p1) { panel_range(a, M, p0, p1); });
 }
 
 }  // namespace tandem_int4_vnni

@@ -4,6 +4,7 @@ import torch
 
 from kernels import draft_decoder, quant_linear
 from kernels.draft_decoder import reference
+from tests.kernels.isa import kernel_in_use, kernel_params
 
 
 @pytest.fixture(params=draft_decoder.available_backends())
@@ -131,6 +132,34 @@ def test_int4_layer_matches_reference(backend, n_heads, n_kv, steps, biases):
         # its group's largest value; through the down projection that moved outputs (~1-4 in
         # size) by up to 0.031 here. A wrong scale, offset or lane order moves them by ~0.1-1.
         assert torch.allclose(got, want, rtol=1e-2, atol=5e-2), (got - want).abs().max()
+        pos += m
+
+
+@pytest.fixture(params=kernel_params(draft_decoder.available_backends()))
+def int4_tiles(request):
+    """Every backend, and the compiled one with each int4 tile set the CPU has."""
+    with kernel_in_use(draft_decoder, request.param, "int4_isa", "int4_allow_vnni") as param:
+        yield param
+
+
+@pytest.mark.parametrize("steps", [[1, 1], [5]])
+def test_int4_projections_sharing_one_region_keep_their_own_panels(int4_tiles, steps):
+    """q / k / v (and gate / up) run as one group over all their panels; with 9-panel k and v
+    the group's blocks of 4 panels straddle two weights, and each weight's outputs must still be
+    its own."""
+    n_heads, n_kv, h, d, inter, cap = 16, 2, 64, 18, 96, 16
+    weights, offsets = int4_layer(h, n_heads, n_kv, d, inter, biases=True, seed=3)
+    caches = {name: (torch.zeros(n_kv, cap, d), torch.zeros(n_kv, cap, d)) for name in ("got", "want")}
+    pos = 0
+    for i, m in enumerate(steps):
+        x = torch.randn(m, h, generator=torch.Generator().manual_seed(10 + i))
+        cos, sin = rope_tables(pos, m, d)
+        got, want = x.clone(), x.clone()
+        draft_decoder.decoder_layer(got, *weights, *caches["got"], cos, sin, pos, n_heads, n_kv, 1e-6, offsets)
+        reference.decoder_layer(want, *weights, *caches["want"], cos, sin, pos, n_heads, n_kv, 1e-6, offsets)
+        assert torch.allclose(got, want, rtol=1e-2, atol=5e-2), (got - want).abs().max()
+        assert torch.allclose(caches["got"][0], caches["want"][0], rtol=1e-3, atol=1e-3)  # k landed in k's cache
+        assert torch.allclose(caches["got"][1], caches["want"][1], rtol=1e-3, atol=1e-3)
         pos += m
 
 
