@@ -31,7 +31,7 @@ class DraftModelDrafter:
                  fused: bool | None = None) -> None:
         use_fused = worth_using(model) if fused is None else fused
         if use_fused:
-            self.runner = FusedRunner(model)
+            self.runner = FusedRunner(model, huge_pages=True)
         elif fused is None and gguf_runner.unsupported_reason(model) is None:  # a GGUF drafter
             self.runner = gguf_runner.GgufRunner(model)
         else:

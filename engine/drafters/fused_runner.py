@@ -2,8 +2,9 @@
 
 Same interface as ModelRunner (reset, forward_hidden, forward, crop, length) for the drafters
 it supports: Llama / Qwen2-shaped models whose linear layers are Int8Linear (engine.quant.quantize),
-with plain rotary embeddings and no sliding window. It reads the model's own int8 buffers (no
-copy) and keeps its own fp32 key/value cache (engine.models.own_cache_runner).
+with plain rotary embeddings and no sliding window. It reads the model's own int8 / int4 buffers
+(a drafter's moved into huge pages where the kernel grants them: engine.models.huge_pages) and
+keeps its own fp32 key/value cache (engine.models.own_cache_runner).
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import logging
 import torch
 
 from engine.models.architecture import plain_causal_reason
+from engine.models.huge_pages import move_to_huge_pages
 from engine.models.own_cache_runner import OwnCacheRunner
 from engine.quant.quantize import Int4Linear, Int8Linear
 from kernels import draft_decoder
@@ -23,6 +25,11 @@ log = logging.getLogger(__name__)
 def _layer_parts(layer):
     attn, mlp = layer.self_attn, layer.mlp
     return attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+
+def _weight_buffers(part) -> tuple[str, ...]:
+    """The buffers a step streams: int4 codes, scales and offsets, or int8 rows and scales."""
+    return ("packed", "scale", "offset") if isinstance(part, Int4Linear) else ("q", "scale")
 
 
 def worth_using(model) -> bool:
@@ -60,13 +67,19 @@ def unsupported_reason(model) -> str | None:
 
 
 class FusedRunner(OwnCacheRunner):
-    def __init__(self, model, initial_capacity: int = 256) -> None:
+    def __init__(self, model, initial_capacity: int = 256, huge_pages: bool = False) -> None:
+        """``huge_pages``: move the layers' weight buffers into huge pages (engine.models.huge_pages;
+        drafters: their cache file holds only these layers, so it is unmapped after the move)."""
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"FusedRunner cannot run this model: {reason}")
         super().__init__(model)
         decoder = model.get_decoder()
         self.embed = model.get_input_embeddings().weight
+        moved = huge_pages and move_to_huge_pages(
+            [(p, name) for layer in decoder.layers for p in _layer_parts(layer) for name in _weight_buffers(p)])
+        if moved:
+            log.info("%d MiB of layer weights in huge pages", moved >> 20)
         self.layers = []
         for layer in decoder.layers:
             parts = _layer_parts(layer)
