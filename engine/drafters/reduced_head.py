@@ -14,6 +14,16 @@ import torch
 from kernels import draft_head, quant_linear
 
 
+def _subset_logits(hidden: torch.Tensor, rows: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """int8 rows take the int16-input kernel (quant_linear.linear_a16): on the default drafter's
+    32k rows it ran 0.78 ms a step against 1.09 ms for fp32 inputs (draft_head), with the same
+    top-1 token at all 3,000 positions of a prose and a code text (its inputs are rounded to
+    1/65534 of their block's largest, far below the weights' 1/254)."""
+    if scale is None:
+        return draft_head.subset_logits(hidden, rows, None)
+    return quant_linear.linear_a16(hidden.float(), rows, scale)
+
+
 class ReducedHead:
     """weight: the drafter's full output embedding [V, H] (kept by reference, not copied).
     base_ids: the subset (None keeps every token). int8: store the kept rows as int8 (the
@@ -57,10 +67,10 @@ class ReducedHead:
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden [..., H] -> fp32 logits [..., size] over ``ids``."""
-        z = draft_head.subset_logits(hidden, *self._base)
+        z = _subset_logits(hidden, *self._base)
         if self._extra is None:
             return z
-        return torch.cat([z, draft_head.subset_logits(hidden, *self._extra)], dim=-1)
+        return torch.cat([z, _subset_logits(hidden, *self._extra)], dim=-1)
 
     def token(self, index: int) -> int:
         return int(self.ids[index])
