@@ -177,7 +177,8 @@ inline void linear_group_into(const Args* weights, int count, int64_t M) {
   int64_t total = 0;
   for (int i = 0; i < count; ++i) total += weights[i].N / 4;
   const bool vnni = use_vnni();
-  tandem_tiles::parallel_blocks(total, panel_grain(weights[0].K), 4, [&](int64_t p0, int64_t p1) {
+  // In blocks of the VNNI walk's panels on both tile sets (a panel's bits do not depend on its block).
+  tandem_tiles::parallel_blocks(total, panel_grain(weights[0].K), tandem_int4_vnni::kPanels, [&](int64_t p0, int64_t p1) {
     int64_t first = 0;  // the group's panel index of weight i's panel 0
     for (int i = 0; i < count && first < p1; first += weights[i].N / 4, ++i) {
       const int64_t lo = std::max(p0, first) - first, hi = std::min(p1, first + weights[i].N / 4) - first;
