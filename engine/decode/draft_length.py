@@ -141,6 +141,11 @@ class DraftLengthController:
     def acceptance(self) -> float:
         return self._acc / self._tries
 
+    @property
+    def refreshing_v0(self) -> bool:
+        """Whether the next pass is plain only to measure v(0) again, speculation staying on."""
+        return self.fixed is None and self._resume_k > 0
+
     def next_k(self) -> int:
         if self.fixed is not None:
             return self.fixed

@@ -262,3 +262,23 @@ def test_a_close_call_measures_plain_passes_again_and_carries_on():
     assert plain, ks
     assert all(b - a > REFRESH_EVERY for a, b in zip(plain, plain[1:])), ks
     assert ks[-1] > 0 or ks[-2] > 0
+
+
+def test_a_refresh_pass_is_flagged_apart_from_switching_off():
+    """The plain passes that re-measure v(0) are told apart, so the reply's stats do not report
+    them as speculation switched off; a switched-off controller's plain passes are not refreshes."""
+    close = DraftLengthController(max_k=8)
+    flagged = []
+    for i in range(60):
+        k = close.next_k()
+        flagged.append((k, close.refreshing_v0))
+        n = 0
+        while n < k and ((i * 7 + n * 13) % 100) / 100 < 0.72:
+            n += 1
+        close.record(k, n, 1.0 + 0.1 * k, 0.3 * k, requested=k)
+    refreshes = [i for i, (k, refreshing) in enumerate(flagged) if refreshing]
+    assert refreshes and all(flagged[i][0] == 0 for i in refreshes)
+    assert not flagged[0][1]  # the first pass calibrates: not a refresh
+    off = DraftLengthController(max_k=8)
+    ks = _run(off, 60, 0.5, lambda k: 1.0 + 0.25 * k, 0.38, first_plain_s=1.5)
+    assert ks[-10:].count(0) >= 8 and not off.refreshing_v0
