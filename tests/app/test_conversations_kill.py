@@ -58,15 +58,18 @@ def test_kill_9_during_saves_never_loses_or_tears_a_conversation(tmp_path):
     rng = random.Random(1234)
     handled = mid_save = 0
     for _ in range(KILLS):
+        # Unbuffered: readline() then takes "ready" byte by byte and leaves the save reports in
+        # the pipe. A buffered reader could swallow the first reports (and half a line) with it,
+        # where communicate(), which reads the pipe itself, never sees them.
         child = subprocess.Popen([sys.executable, "-c", SAVER, str(directory), ",".join(IDS)], cwd=ROOT,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert child.stdout.readline().strip() == "ready", child.stderr.read()
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+        assert child.stdout.readline().strip() == b"ready", child.stderr.read()
         time.sleep(rng.uniform(0.0, 0.25))
         os.kill(child.pid, signal.SIGKILL)
         out, _ = child.communicate(timeout=30)
         assert child.returncode == -signal.SIGKILL
         reported = dict(committed)
-        for line in out.splitlines():
+        for line in out.decode().splitlines():
             cid, version = line.split()
             reported[cid] = int(version)
         temporaries = list(directory.glob(".tmp-*.json"))
