@@ -207,8 +207,9 @@ def speculative_decode(
             remaining = run.output.max_new_tokens - len(run.output.token_ids)
             # Never draft past the token budget: the target adds one token of its own.
             requested = max(0, min(controller.next_k(), remaining - 1))
-            # A plain pass that re-measures v(0) is not speculation switching itself off.
-            refreshing = controller.refreshing_v0
+            # Only the controller's own choice counts as speculation switching itself off: not its
+            # calibration or v(0) refresh passes, nor a last pass with no budget left to draft.
+            switched_off = controller.switched_off
             prepare_s = 0.0
             if deferred and requested > 0:
                 t = time.perf_counter()
@@ -225,7 +226,7 @@ def speculative_decode(
             draft_s += prepare_s
             controller.record(k, n, verify_s, draft_s - catch_up_s, requested=requested, catch_up_s=catch_up_s)
             run.stats.add_pass(k, n, draft_s, verify_s)
-            if requested == 0 and not refreshing:
+            if switched_off:
                 run.stats.off_steps += 1
             block = [*draft.tokens[:n], next_token]
             yield from run.emit(block, [True] * n + [False], k, n, draft_s + verify_s)

@@ -142,9 +142,10 @@ class DraftLengthController:
         return self._acc / self._tries
 
     @property
-    def refreshing_v0(self) -> bool:
-        """Whether the next pass is plain only to measure v(0) again, speculation staying on."""
-        return self.fixed is None and self._resume_k > 0
+    def switched_off(self) -> bool:
+        """Whether the next pass is plain because speculation does not pay now: not the pass that
+        calibrates v(0) before the first draft, nor one that refreshes it, nor a fixed length."""
+        return self.fixed is None and self.k == 0 and self._calibrated and self._resume_k == 0
 
     def next_k(self) -> int:
         if self.fixed is not None:

@@ -261,3 +261,22 @@ def test_a_request_after_one_that_rejected_its_drafts_speculates_again(tiny_pair
     assert isinstance(result, Finished), result
     assert result.token_ids == plain.token_ids
     assert result.stats.drafted >= 1
+
+
+@pytest.mark.parametrize("case", ["calibration", "budget", "off"])
+def test_only_a_pass_the_controller_chose_plain_counts_as_switched_off(tiny_pair, case):
+    """Two new tokens: the prefill's and one pass with no budget left to draft. That pass counts
+    as speculation switched off only where the controller had switched it off; the pass that
+    calibrates v(0), or the budget's last, is not the controller's choice."""
+    from engine.decode.draft_length import MeasuredCosts
+
+    tokenizer, target, drafter = tiny_pair
+    prompt = encode(tokenizer, PROMPTS[0])
+    paying = MeasuredCosts(v0=1.0, v1=0.01, draft_step_s=0.01, acceptance=0.9)
+    hopeless = MeasuredCosts(v0=1.0, v1=0.5, draft_step_s=1.0, acceptance=0.0)  # drafting never pays
+    costs = {"calibration": None, "budget": {"measured": paying}, "off": {"measured": hopeless}}[case]
+    result, _ = run_to_end(speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt,
+                                              DecodeSettings(max_new_tokens=2), set(), costs=costs))
+    assert isinstance(result, Finished), result
+    assert result.stats.new_tokens == 2 and result.stats.drafted == 0
+    assert result.stats.speculation_off_steps == (1 if case == "off" else 0)
