@@ -220,19 +220,24 @@ def test_a_request_seeded_with_dear_probes_lets_the_drafter_wait():
     assert not cheap.drafter_can_wait and cheap.next_k() == 0
 
 
-def _run(ctrl, steps, accept_rate, verify, draft_step_s, first_plain_s=None):
+def _drive(ctrl, steps, accept_rate, verify, draft_step_s, first_plain_s=None):
     """Drive ``ctrl`` like the decoding loop: verify(k) seconds a pass, ``first_plain_s`` for the
-    very first (plain) pass if given. Returns the k of every pass."""
-    ks = []
+    very first (plain) pass if given. Returns (k, switched_off) of every pass, as read before it."""
+    passes = []
     for i in range(steps):
         k = ctrl.next_k()
+        passes.append((k, ctrl.switched_off))
         n = 0
         while n < k and ((i * 7 + n * 13) % 100) / 100 < accept_rate:
             n += 1
         seconds = first_plain_s if (i == 0 and first_plain_s is not None) else verify(k)
         ctrl.record(k, n, seconds, draft_step_s * k, requested=k)
-        ks.append(k)
-    return ks
+    return passes
+
+
+def _run(ctrl, steps, accept_rate, verify, draft_step_s, first_plain_s=None):
+    """As _drive; returns the k of every pass."""
+    return [k for k, _ in _drive(ctrl, steps, accept_rate, verify, draft_step_s, first_plain_s)]
 
 
 def test_a_slow_first_plain_pass_does_not_make_verification_look_free():
@@ -268,29 +273,14 @@ def test_only_the_controllers_choice_counts_as_switched_off():
     """The reply's stats report plain passes as speculation switched off only where the
     controller chose them because drafting does not pay: not the pass that calibrates v(0),
     not the ones that refresh it while speculation stays on, not a fixed draft length."""
-    close = DraftLengthController(max_k=8)
-    passes = []
-    for i in range(60):
-        k = close.next_k()
-        passes.append((k, close.switched_off))
-        n = 0
-        while n < k and ((i * 7 + n * 13) % 100) / 100 < 0.72:
-            n += 1
-        close.record(k, n, 1.0 + 0.1 * k, 0.3 * k, requested=k)
+    passes = _drive(DraftLengthController(max_k=8), 60, 0.72, lambda k: 1.0 + 0.1 * k, 0.3)  # a close call
     plain = [i for i, (k, _) in enumerate(passes) if k == 0]
     assert plain[0] == 0 and len(plain) > 1, passes  # the calibration, then refreshes
     assert not any(off for _, off in passes), passes
-    off = DraftLengthController(max_k=8)
-    assert not off.switched_off  # before the calibration pass
-    off_passes = []
-    for i in range(60):  # as in _run: half the drafts accepted, speculation at ~0.92x of plain
-        k = off.next_k()
-        off_passes.append((k, off.switched_off))
-        n = 0
-        while n < k and ((i * 7 + n * 13) % 100) / 100 < 0.5:
-            n += 1
-        off.record(k, n, 1.0 + 0.25 * k, 0.38 * k, requested=k)
-    last = off_passes[-10:]
-    assert [k for k, _ in last].count(0) >= 8, off_passes  # switched off, a probe now and then
-    assert all(switched_off == (k == 0) for k, switched_off in last), off_passes
+    # Half the drafts accepted, speculation at ~0.92x of plain: it switches off, probing now and then.
+    passes = _drive(DraftLengthController(max_k=8), 60, 0.5, lambda k: 1.0 + 0.25 * k, 0.38, first_plain_s=1.5)
+    assert not passes[0][1]  # the calibration pass
+    last = passes[-10:]
+    assert [k for k, _ in last].count(0) >= 8, passes
+    assert all(switched_off == (k == 0) for k, switched_off in last), passes
     assert not DraftLengthController(fixed=0, max_k=8).switched_off
