@@ -2,7 +2,8 @@
 
 --screenshot OUT.png [--demo PROMPT] [--tab NAME]: run the app, optionally run the side-by-side
 demo to completion, save a screenshot of the window and exit (docs and visual checks).
---target DIR [--drafter DIR]: load these model folders instead of the default offline pair.
+--target PATH [--drafter PATH]: load these models (folders or .gguf files) instead of the default
+offline pair; a .gguf target runs its own quantization (--precision file) unless told otherwise.
 --self-test [OUT.png]: build a tiny model pair, run the demo with and without speculation, exit 0
 only when both outputs are identical (see app/self_test.py; the packaged app's smoke test).
 """
@@ -31,15 +32,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--tab", choices=sorted(TABS), help="show this tab")
     p.add_argument("--select", metavar="TEXT", help="on the Models tab, select the first row that mentions TEXT "
                    "(its name, variant, source or drafter)")
-    p.add_argument("--target", type=Path, help="load this model folder instead of the default pair")
-    p.add_argument("--drafter", type=Path, help="draft model folder to go with --target")
-    p.add_argument("--precision", choices=["fast", "exact", "int8", "int4"],
-                   help="fast (bf16), exact (fp32), int8 or int4 (quantized target weights: smaller and faster, different output)")
+    p.add_argument("--target", type=Path, help="load this model (a folder or a .gguf file) instead of the default pair")
+    p.add_argument("--drafter", type=Path, help="draft model (a folder or a .gguf file) to go with --target")
+    p.add_argument("--precision", choices=["file", "fast", "exact", "int8", "int4"],
+                   help="file (a GGUF file's own quantization: a .gguf target's default), fast (bf16), exact (fp32), "
+                        "int8 or int4 (quantized target weights: smaller and faster, different output)")
     p.add_argument("--max-new-tokens", type=int, help="reply length for --demo / --chat")
     p.add_argument("--timeout", type=float, default=1800, help="give up on --screenshot after this many seconds")
     p.add_argument("--self-test", nargs="?", const=True, type=Path, metavar="OUT.png",
                    help="check this build end to end on a tiny model (screenshot to OUT.png, default: the log dir); exit 0 when it passes")
     return p.parse_args(argv)
+
+
+def target_precision(args: argparse.Namespace, app_choice: str) -> str:
+    """The precision a --target loads at: --precision if given; else a .gguf file's own
+    quantization (it runs at no other without its converted folder), a folder the app's choice."""
+    if args.precision:
+        return args.precision
+    return "file" if args.target.suffix.lower() == ".gguf" else app_choice
 
 
 # The log files' caps: a long-running app must never fill the disk with them.
@@ -139,7 +149,7 @@ def main(argv=None) -> int:
         from app import jobs
 
         window._submit("load", jobs.load_models(str(args.target), str(args.drafter) if args.drafter else None,
-                                                window.demo.controls.precision.currentData()))
+                                                target_precision(args, window.demo.controls.precision.currentData())))
     script = Script(window, args)
     window.model_loaded.connect(script.on_loaded)
     if self_test:
