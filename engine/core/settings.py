@@ -136,6 +136,8 @@ class DrafterOptions:
     request's own tokens; "full" scores the whole vocabulary. precision "auto" is int8 weights
     where a fast int8 kernel runs (CPU; int4 next to an int8 / int4 / GGUF target, see
     engine.models.loading.drafter_weights), else the target's dtype; "int8", "int4", "bf16", "fp32" force one.
+    A GGUF drafter at int8 / int4 gets its decoder layers re-quantized (engine.models.gguf_drafter);
+    at bf16 / fp32 it runs its file's own blocks.
     ``min_confidence``: a draft stops early once the drafter's own probability of its next token
     falls below this (0 drafts the full length the controller asks for).
     ``lookup``: let prompt lookup draft instead of the model where the request copies itself

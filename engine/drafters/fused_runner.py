@@ -75,7 +75,7 @@ class FusedRunner(OwnCacheRunner):
             raise ValueError(f"FusedRunner cannot run this model: {reason}")
         super().__init__(model)
         decoder = model.get_decoder()
-        self.embed = model.get_input_embeddings().weight
+        self.embed = model.get_input_embeddings()  # a table, or a GGUF file's rows (dequantized per lookup)
         moved = huge_pages and move_to_huge_pages(
             [(p, name) for layer in decoder.layers for p in _layer_parts(layer) for name in _weight_buffers(p)])
         if moved:
@@ -104,7 +104,7 @@ class FusedRunner(OwnCacheRunner):
         """Feed ``token_ids`` after the cached ones; the final normed hidden states [n_last, H]."""
         n = len(token_ids)
         _, end = self._new_positions(n)
-        x = self.embed[torch.tensor(token_ids)].float().contiguous()
+        x = self.embed(torch.tensor(token_ids)).float().contiguous()
         angles = torch.arange(self.length, end, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
         cos = (angles.cos() * self.rope_scale).contiguous()
         sin = (angles.sin() * self.rope_scale).contiguous()

@@ -16,6 +16,7 @@ truncated, a tensor type or architecture Tandem cannot run, missing metadata).
 from __future__ import annotations
 
 import logging
+import mmap
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,6 +89,25 @@ class GgufFile:
         if key not in self.metadata:
             raise GgufError(f"{self.name}: the file has no '{key}' metadata, which Tandem needs to build the model")
         return self.metadata[key]
+
+    def release_pages(self, view: torch.Tensor) -> int:
+        """Let the OS drop the pages of the file that ``view`` (a tensor's data, or part of it)
+        has read: bytes no longer needed once a layer was converted from them. They are the
+        file's, unwritten, so a later read would fetch them again. Returns the bytes released
+        (whole pages inside the view; 0 where the OS offers no madvise)."""
+        if not hasattr(mmap, "MADV_DONTNEED"):
+            return 0
+        start_ptr, nbytes = view.data_ptr(), view.numel() * view.element_size()
+        for mapped in self._maps:
+            base, size = mapped.ctypes.data, mapped.shape[0]
+            if base <= start_ptr and start_ptr + nbytes <= base + size:
+                start = -(-(start_ptr - base) // mmap.PAGESIZE) * mmap.PAGESIZE
+                end = (start_ptr - base + nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+                if end <= start:
+                    return 0
+                mapped._mmap.madvise(mmap.MADV_DONTNEED, start, end - start)
+                return end - start
+        return 0
 
     def type_counts(self) -> Counter:
         """How many tensors of each type the file holds (``{"Q4_K": 169, "F32": 141, ...}``)."""

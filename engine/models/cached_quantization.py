@@ -62,13 +62,19 @@ def cache_fits(model: torch.nn.Module, cached: dict[str, torch.Tensor], kind: st
     """Whether ``cached`` holds exactly the quantized layers ``model`` needs: every linear
     layer (but the LM head unless ``include_head``) at its shape, and nothing else."""
     head = None if include_head else model.get_output_embeddings()
-    linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear) and m is not head}
+    shapes = {name: tuple(m.weight.shape) for name, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear) and m is not head}
+    return layers_fit(shapes, cached, kind)
 
-    def held(name: str, m: torch.nn.Linear) -> bool:
+
+def layers_fit(shapes: dict[str, tuple[int, int]], cached: dict[str, torch.Tensor], kind: str = "int8") -> bool:
+    """Whether ``cached`` holds exactly the quantized layers of these names and [N, K] shapes."""
+
+    def held(name: str, shape: tuple[int, int]) -> bool:
         if kind == "int4" and f"{name}.packed" in cached:
-            n, k = m.weight.shape
+            n, k = shape
             return cached[f"{name}.packed"].shape == (n // 4, k // 32, 4, 16) and f"{name}.offset" in cached
-        return f"{name}.q" in cached and cached[f"{name}.q"].shape == m.weight.shape and cached[f"{name}.q"].dtype == torch.int8
+        return f"{name}.q" in cached and tuple(cached[f"{name}.q"].shape) == shape and cached[f"{name}.q"].dtype == torch.int8
 
-    expected = sum(3 if kind == "int4" and int4_supports(*m.weight.shape) else 2 for m in linears.values())
-    return len(cached) == expected and all(held(name, m) for name, m in linears.items())
+    expected = sum(3 if kind == "int4" and int4_supports(*shape) else 2 for shape in shapes.values())
+    return len(cached) == expected and all(held(name, shape) for name, shape in shapes.items())

@@ -38,7 +38,9 @@ class LoadedModel:
     seconds: float
     weights: str = ""
     from_cache: bool = False
-    quantization: str = ""  # weights "file" (a GGUF model): how the file holds them, e.g. "Q4_K_M"
+    #: A model from a GGUF file: how the file holds its weights ("Q4_K_M"); its embedding and LM
+    #: head are the file's whatever ``weights`` its layers run at ("file", or a drafter's int8 / int4).
+    quantization: str = ""
 
 
 class DamagedModelFiles(RuntimeError):
@@ -119,7 +121,7 @@ def load_model(path: Path, precision: Precision = "fast", device: str = "auto", 
 
     path = Path(path)
     if is_gguf(path) or precision == "file" and role == "target":
-        return _load_gguf(path, precision, device, role, with_tokenizer)
+        return _load_gguf(path, precision, device, role, with_tokenizer, weights)
     check_model_folder(path, with_tokenizer)
     if weights is not None and role != "drafter":
         raise ValueError("only a drafter's weights may differ from the precision mode's")
@@ -188,9 +190,12 @@ def _load_device_int4(path: Path, dev: torch.device, dtype: torch.dtype, role: s
     return LoadedModel(path.name, model, tokenizer, dev, dtype, seconds, "int4")
 
 
-def _load_gguf(path: Path, precision: Precision, device: str, role: str, with_tokenizer: bool) -> LoadedModel:
+def _load_gguf(path: Path, precision: Precision, device: str, role: str, with_tokenizer: bool,
+               weights: str | None = None) -> LoadedModel:
     """A GGUF file computes on its own quantized weights, memory-mapped (engine.gguf), on the
-    CPU: precision "file" for a target (a drafter's weights never change the output)."""
+    CPU: precision "file" for a target. A drafter held at ``weights`` "int8" / "int4" gets its
+    decoder layers re-quantized to Tandem's (engine.models.gguf_drafter: a cheaper draft step;
+    a drafter's weights never change the output); at any other ``weights`` it runs the file's."""
     from engine.gguf.loader import load_gguf
 
     if role == "target" and not is_gguf(path):
@@ -203,6 +208,13 @@ def _load_gguf(path: Path, precision: Precision, device: str, role: str, with_to
     loaded = load_gguf(path, with_tokenizer)
     if role == "target":
         use_batch_invariant_attention(loaded.model)  # with the batch-invariant GGUF linears
+    elif weights in ("int8", "int4"):
+        from engine.models.gguf_drafter import requantize_layers
+
+        start = time.perf_counter()
+        from_cache = requantize_layers(loaded.model, loaded.file, weights)
+        return LoadedModel(path.name, loaded.model, loaded.tokenizer, torch.device("cpu"), torch.float32,
+                           loaded.seconds + time.perf_counter() - start, weights, from_cache, loaded.quantization)
     return LoadedModel(path.name, loaded.model, loaded.tokenizer, torch.device("cpu"), torch.float32, loaded.seconds,
                        "file", quantization=loaded.quantization)
 

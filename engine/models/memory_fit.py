@@ -254,9 +254,10 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     Precision "file" runs a GGUF ``variant`` of the target (one of ``entry.variants``, or a local
     file's, engine.models.variants.local_variant) on its own quantized weights: the weights are
     the file's resident bytes (``GgufVariant.resident_bytes``), activations and K/V fp32. Its
-    drafter is ``drafter_variant`` (a GGUF file: the loader runs it on its own blocks whatever
-    ``drafter_weights`` says, and it is budgeted the same way) or, without one, the draft model
-    at ``drafter_weights``."""
+    drafter is ``drafter_variant`` (a GGUF file) or the draft model's folder: either way held at
+    ``drafter_weights``, int8 / int4 layers budgeted alike (a GGUF drafter's are re-quantized,
+    engine.models.gguf_drafter), any other choice as the file's resident bytes (it runs on its
+    own blocks then)."""
     if context < 1:
         raise ValueError(f"context must be at least 1 token, not {context}")
     precision = canonical_precision(precision)
@@ -282,9 +283,10 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     activations = activation_bytes(target, context, precision, device)
     vocabularies = [target.vocab_size]
     if entry.drafter_kind == "draft_model":
-        if drafter_variant is not None:
+        quantized = canonical_precision(drafter_weights) in ("int8", "int4") and bool(entry.drafter_params)
+        if drafter_variant is not None and not quantized:
             drafter = drafter_variant.resident_bytes(drafter_arch)
-        elif canonical_precision(drafter_weights) in ("int8", "int4"):
+        elif quantized:  # a GGUF drafter's layers too: the loader re-quantizes them (engine.models.gguf_drafter)
             drafter = quantized_drafter_bytes(entry.drafter_params, drafter_arch, canonical_precision(drafter_weights), device)
         else:
             drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights, device)

@@ -196,21 +196,32 @@ def quantize_linears_int4(model: torch.nn.Module, quantized: dict[str, torch.Ten
     for index, (name, module) in enumerate(targets):
         parent_name, _, attr = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        if f"{name}.packed" not in quantized and f"{name}.q" not in quantized:
-            refuse_non_finite(name, module.weight)
-        if int4_linear.reference.supports(module.out_features, module.in_features):
-            cached = tuple(quantized[f"{name}.{k}"] for k in ("packed", "scale", "offset")) if f"{name}.packed" in quantized else None
-            layer = Int4Linear(module, cached)
-            held.update({f"{name}.packed": layer.packed, f"{name}.scale": layer.scale, f"{name}.offset": layer.offset})
-        else:
-            cached = (quantized[f"{name}.q"], quantized[f"{name}.scale"]) if f"{name}.q" in quantized else None
-            layer = Int8Linear(module, cached)
-            held.update({f"{name}.q": layer.q, f"{name}.scale": layer.scale})
+        layer, tensors, from_cache = quantized_layer(name, module, "int4", quantized)
+        held.update(tensors)
         setattr(parent, attr, layer)
-        if cached is None and index % TRIM_EVERY == TRIM_EVERY - 1:
+        if not from_cache and index % TRIM_EVERY == TRIM_EVERY - 1:
             release_freed_memory()  # the layers' fp32 temporaries (engine.core.heap)
     log.info("int4: %d linear layers in %.1fs", len(targets), time.perf_counter() - start)
     return held
+
+
+def quantized_layer(name: str, linear: torch.nn.Linear, kind: str,
+                    quantized: dict[str, torch.Tensor]) -> tuple[torch.nn.Module, dict[str, torch.Tensor], bool]:
+    """``linear`` (the layer called ``name``) as an Int8Linear, or for ``kind`` "int4" an
+    Int4Linear where int4 holds its shape (else int8); taken from ``quantized`` (a cache, by the
+    keys it holds) when that has it, when ``linear``'s weight is never read. Returns the layer,
+    the tensors a cache keeps for it, and whether they came from ``quantized``."""
+    if kind == "int4" and int4_linear.reference.supports(linear.out_features, linear.in_features):
+        from_cache = f"{name}.packed" in quantized
+        if not from_cache:
+            refuse_non_finite(name, linear.weight)
+        layer = Int4Linear(linear, tuple(quantized[f"{name}.{k}"] for k in ("packed", "scale", "offset")) if from_cache else None)
+        return layer, {f"{name}.packed": layer.packed, f"{name}.scale": layer.scale, f"{name}.offset": layer.offset}, from_cache
+    from_cache = f"{name}.q" in quantized
+    if not from_cache:
+        refuse_non_finite(name, linear.weight)
+    layer = Int8Linear(linear, (quantized[f"{name}.q"], quantized[f"{name}.scale"]) if from_cache else None)
+    return layer, {f"{name}.q": layer.q, f"{name}.scale": layer.scale}, from_cache
 
 
 def to_int4_target(model: torch.nn.Module, quantized: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:

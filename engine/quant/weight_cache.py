@@ -73,9 +73,11 @@ def _folder(kind: str, role: str) -> Path:
 
 
 def cache_path(model_dir: Path, kind: str = "int8", role: str = "target") -> Path:
+    """``model_dir``: a converted model's folder, or a GGUF file (a drafter's layers re-quantized
+    from it), whose own size and modification time go into the key."""
     model_dir = Path(model_dir).resolve()
     key = hashlib.sha256(str(model_dir).encode())
-    for f in sorted(model_dir.glob("*.safetensors")):
+    for f in [model_dir] if model_dir.is_file() else sorted(model_dir.glob("*.safetensors")):
         stat = f.stat()
         key.update(f"{f.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return _folder(kind, role) / f"{model_dir.name}-{key.hexdigest()[:12]}-v{VERSIONS[kind]}.safetensors"

@@ -38,7 +38,7 @@ def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | N
     if options.head == "full" and not int8:
         return None
     ids = load_subset(drafter.tokenizer, options.vocab_size) if options.head == "pruned" else None
-    if drafter.weights == "file":  # a GGUF drafter: its full head is the file's rows, a pruned one int8 rows
+    if drafter.quantization:  # a GGUF drafter: its full head is the file's rows, a pruned one int8 rows
         from engine.drafters.gguf_head import GgufReducedHead
 
         return None if ids is None else GgufReducedHead(drafter.model.get_output_embeddings(), ids)

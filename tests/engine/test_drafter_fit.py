@@ -102,7 +102,9 @@ def test_the_offline_pair_budgets_its_converted_drafter_not_its_gguf_file(entrie
     assert fit.drafter_gguf is None
     int4 = estimate_memory(e, "file", 2048, "cpu", variant=e.variants[0], drafter_weights="int4")
     assert fit.estimate.drafter == int4.drafter
-    q5 = estimate_memory(e, "file", 2048, "cpu", variant=e.variants[0], drafter_variant=e.drafter_variants[0])
+    # The Q5_0 file on its own blocks (no quantized kernels to re-quantize it for) is another budget.
+    q5 = estimate_memory(e, "file", 2048, "cpu", variant=e.variants[0], drafter_variant=e.drafter_variants[0],
+                         cpu_kernels=False)
     assert q5.drafter != fit.estimate.drafter
 
 
@@ -120,7 +122,13 @@ def test_a_gguf_row_budgets_the_drafter_file_its_download_fetches(entries):
     q8 = next(v for v in e.variants if v.quant == "Q8_0")
     fit = assess(e, LAPTOP, "file", 4096, variant=q8)
     assert fit.drafter_gguf == drafter_variant_for(e, q8) == q8_drafter
-    assert fit.estimate.drafter == q8_drafter.resident_bytes(e.drafter_arch) + _drafter_kv(e, 4096)
+    # Where the quantized CPU kernels run, the file's layers are re-quantized to int4 whichever
+    # build it is (engine.models.gguf_drafter); where they do not (Apple silicon), the file runs
+    # on its own blocks and is budgeted as that file.
+    assert fit.estimate.drafter == quantized_drafter_bytes(e.drafter_params, e.drafter_arch, "int4", "cpu") + _drafter_kv(e, 4096)
+    mac = assess(e, Hardware.from_profile({"unified_memory_gb": 16, "cpu_cores": 8}), "file", 4096, variant=q8)
+    assert mac.drafter_gguf == q8_drafter
+    assert mac.estimate.drafter == q8_drafter.resident_bytes(e.drafter_arch) + _drafter_kv(e, 4096)
     q4 = e.variants[0]
     assert assess(e, LAPTOP, "file", 4096, variant=q4).drafter_gguf == drafter_variant_for(e, q4) == q4_drafter
 

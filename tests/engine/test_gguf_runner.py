@@ -111,14 +111,23 @@ def test_a_context_past_the_window_is_refused(loaded):
         runner.forward([5] * (loaded.model.config.max_position_embeddings + 1))
 
 
-def test_sessions_and_gguf_drafters_run_on_it_and_speculation_stays_identical(tmp_path, tokenizer):
+@pytest.mark.parametrize("drafter_precision", ["auto", "fp32"])
+def test_sessions_and_gguf_drafters_run_on_it_and_speculation_stays_identical(tmp_path, tokenizer, drafter_precision):
+    """A GGUF drafter on its file's blocks runs on GgufRunner too; re-quantized to int4 (what
+    "auto" holds next to a GGUF target where the kernels run), on the fused int4 layers."""
+    from engine.core.settings import DrafterOptions
+    from engine.drafters.fused_runner import FusedRunner
+    from engine.models.loading import int4_available, int8_available
+
     target = build_model("qwen2", len(tokenizer), layers=3, seed=5)
     drafter = perturbed_copy(target, 0.005, seed=9)
     target_path = write_gguf(target, tokenizer, tmp_path / "target.gguf", "Q4_0")
     drafter_path = write_gguf(drafter, tokenizer, tmp_path / "drafter.gguf", "Q8_0")
-    session = Session.load(target_path, drafter_path, precision="file")
+    session = Session.load(target_path, drafter_path, precision="file",
+                           drafter_options=DrafterOptions(precision=drafter_precision))
     assert isinstance(session.target_runner(), GgufRunner)
-    assert isinstance(session.model_drafter.runner, GgufRunner)
+    requantized = drafter_precision == "auto" and int8_available() and int4_available()
+    assert isinstance(session.model_drafter.runner, FusedRunner if requantized else GgufRunner)
     result = compare(session, "def add(a, b):", DecodeSettings(max_new_tokens=24, draft_length=4))
     assert result.speculative.token_ids == result.plain.token_ids
     assert result.speculative.stats.accepted > 0

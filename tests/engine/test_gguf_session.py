@@ -33,10 +33,17 @@ def pair(tmp_path_factory):
             write_gguf(drafter, tokenizer, folder / "drafter-q8_0.gguf", "Q8_0"))
 
 
-def test_greedy_speculation_equals_plain_decoding_of_the_file(pair):
-    session = Session.load(pair[0], pair[1], precision="file")
+@pytest.mark.parametrize("drafter_precision", ["auto", "fp32"])
+def test_greedy_speculation_equals_plain_decoding_of_the_file(pair, drafter_precision):
+    """The drafter re-quantized to int4 layers ("auto" next to a GGUF target, where the kernels
+    run) or on its file's own blocks (any 16 / 32-bit choice)."""
+    from engine.models.loading import int4_available, int8_available
+
+    session = Session.load(pair[0], pair[1], precision="file", drafter_options=DrafterOptions(precision=drafter_precision))
     assert session.precision == "file" and session.target.quantization == "Q4_0"
-    assert session.drafter_model.weights == "file" and session.drafter_model.quantization == "Q8_0"
+    requantized = drafter_precision == "auto" and int8_available() and int4_available()
+    assert session.drafter_model.weights == ("int4" if requantized else "file")
+    assert session.drafter_model.quantization == "Q8_0"
     assert session.target.model.config._attn_implementation == "tandem_batch_invariant"
     accepted = 0
     for prompt in PROMPTS[:2]:

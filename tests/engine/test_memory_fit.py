@@ -13,7 +13,7 @@ from engine.models.architecture import architecture_from_config
 from engine.models.catalog import entry_from_config, find_entry, load_catalog
 from engine.models.fit import assess, headroom, recommend, recommended_context, recommended_result
 from engine.models.hardware import GB, Hardware
-from engine.models.memory_fit import FIT_ORDER, activation_bytes, estimate_memory
+from engine.models.memory_fit import FIT_ORDER, activation_bytes, estimate_memory, quantized_drafter_bytes
 from engine.models.runner import ModelRunner
 
 from .test_hardware import MACHINES
@@ -458,13 +458,18 @@ def test_int8_target_estimate_is_within_15_percent_of_what_stays_resident(defaul
 def test_a_gguf_variant_is_budgeted_at_its_file_with_fp32_kv(entries):
     e = entry(entries, "qwen2.5-coder-7b")
     q4, _, q8 = e.variants
-    est = estimate_memory(e, "file", 4096, "cpu", variant=q4, drafter_variant=e.drafter_variants[0])
+    est = estimate_memory(e, "file", 4096, "cpu", variant=q4, drafter_variant=e.drafter_variants[0], cpu_kernels=False)
     assert est.weights == q4.resident_bytes(e.target_arch)
     # Its tensors less what lookups leave unread of the untied Q4_K embedding (152,064 x 3,584).
     embedding = 152064 * 3584 // 256 * 144
     assert 0 < q4.file_bytes - est.weights - int(embedding * 0.97) < 10e6  # the header
     assert est.kv_cache == e.target_arch.kv_bytes(4096, 4)  # engine.gguf computes in fp32
+    # Without the quantized CPU kernels the GGUF drafter runs its file's blocks: budgeted as the file.
     assert est.drafter == e.drafter_variants[0].resident_bytes(e.drafter_arch) + e.drafter_arch.kv_bytes(4096, 4)
+    # With them, its layers are re-quantized to int4 (engine.models.gguf_drafter): as a folder's.
+    requantized = estimate_memory(e, "file", 4096, "cpu", variant=q4, drafter_variant=e.drafter_variants[0], cpu_kernels=True)
+    assert requantized.drafter == (quantized_drafter_bytes(e.drafter_params, e.drafter_arch, "int4", "cpu")
+                                   + e.drafter_arch.kv_bytes(4096, 4))
     q8_est = estimate_memory(e, "file", 4096, "cpu", variant=q8)
     assert est.weights < q8_est.weights < estimate_memory(e, "bf16", 4096, "cpu").weights
     with pytest.raises(ValueError, match="needs the GGUF variant"):
