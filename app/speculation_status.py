@@ -45,9 +45,11 @@ def explain(state: SpeculationState) -> str:
                 "only where the reply repeats the prompt. What to do: download the model with its drafter on the Models tab.")
     if state.off_steps:
         share = f"{state.off_steps} of {state.steps} steps" if state.steps else f"{state.off_steps} steps"
-        return (f"Speculation switched itself off for {share} of the last reply: drafts were accepted "
-                f"{state.acceptance:.0%} of the time, too rarely to pay for themselves, so plain decoding ran there "
-                "(no speed lost). Set a fixed draft length to force drafting.")
+        # The controller weighs acceptance against what drafting and verifying cost on this
+        # machine: 80% can be too little for a dear drafter, so the line names both.
+        return (f"Speculation switched itself off for {share} of the last reply: with drafts accepted "
+                f"{state.acceptance:.0%} of the time, drafting and checking them cost more than they saved "
+                "here, so plain decoding ran there (no speed lost). Set a fixed draft length to force drafting.")
     return ""
 
 
