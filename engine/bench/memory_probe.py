@@ -146,10 +146,11 @@ def measure(target: Path, drafter: Path | None, precision: str, context: int, ne
 
 
 def drafter_cache_bytes(proc, drafter: Path | None, weights: str | None) -> int:
-    """Resident bytes of a draft model's int8 / int4 weight cache (engine.quant.weight_cache)."""
+    """Resident bytes of a draft model's int8 / int4 weight cache (engine.quant.weight_cache): a
+    converted folder's, or a GGUF drafter's re-quantized layers (engine.models.gguf_drafter)."""
     from engine.quant import weight_cache
 
-    if drafter is None or weights not in weight_cache.KINDS or Path(drafter).is_file():
+    if drafter is None or weights not in weight_cache.KINDS:
         return 0
     path = weight_cache.cache_path(Path(drafter), weights, "drafter")
     return mapped_bytes_under(proc, path) if path.exists() else 0
