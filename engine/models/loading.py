@@ -206,17 +206,17 @@ def _load_gguf(path: Path, precision: Precision, device: str, role: str, with_to
     if device not in ("auto", "cpu"):
         raise ValueError(f"{path.name}: GGUF models run on the CPU only, not on {device}")
     loaded = load_gguf(path, with_tokenizer)
+    held, from_cache, seconds = "file", False, loaded.seconds
     if role == "target":
         use_batch_invariant_attention(loaded.model)  # with the batch-invariant GGUF linears
     elif weights in ("int8", "int4"):
         from engine.models.gguf_drafter import requantize_layers
 
         start = time.perf_counter()
-        from_cache = requantize_layers(loaded.model, loaded.file, weights)
-        return LoadedModel(path.name, loaded.model, loaded.tokenizer, torch.device("cpu"), torch.float32,
-                           loaded.seconds + time.perf_counter() - start, weights, from_cache, loaded.quantization)
-    return LoadedModel(path.name, loaded.model, loaded.tokenizer, torch.device("cpu"), torch.float32, loaded.seconds,
-                       "file", quantization=loaded.quantization)
+        held, from_cache = weights, requantize_layers(loaded.model, loaded.file, weights)
+        seconds += time.perf_counter() - start
+    return LoadedModel(path.name, loaded.model, loaded.tokenizer, torch.device("cpu"), torch.float32, seconds,
+                       held, from_cache, loaded.quantization)
 
 
 def drafter_weights(requested: str, precision: Precision, device: str = "auto") -> str:

@@ -283,10 +283,12 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
     activations = activation_bytes(target, context, precision, device)
     vocabularies = [target.vocab_size]
     if entry.drafter_kind == "draft_model":
-        quantized = canonical_precision(drafter_weights) in ("int8", "int4") and bool(entry.drafter_params)
-        if drafter_variant is not None and not quantized:
+        quantized = canonical_precision(drafter_weights) in ("int8", "int4")
+        # A GGUF drafter's layers are re-quantized then (engine.models.gguf_drafter): budgeted as a
+        # folder's, where its parameter count is known; otherwise as the file it runs on.
+        if drafter_variant is not None and not (quantized and entry.drafter_params):
             drafter = drafter_variant.resident_bytes(drafter_arch)
-        elif quantized:  # a GGUF drafter's layers too: the loader re-quantizes them (engine.models.gguf_drafter)
+        elif quantized:
             drafter = quantized_drafter_bytes(entry.drafter_params, drafter_arch, canonical_precision(drafter_weights), device)
         else:
             drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights, device)
