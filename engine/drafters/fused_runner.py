@@ -103,7 +103,7 @@ class FusedRunner(OwnCacheRunner):
     def forward_hidden(self, token_ids: list[int], n_last: int = 1) -> torch.Tensor:
         """Feed ``token_ids`` after the cached ones; the final normed hidden states [n_last, H]."""
         n = len(token_ids)
-        _, end = self._new_positions(n)
+        start, end = self._new_positions(n)
         x = self.embed(torch.tensor(token_ids)).float().contiguous()
         angles = torch.arange(self.length, end, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
         cos = (angles.cos() * self.rope_scale).contiguous()
@@ -112,7 +112,7 @@ class FusedRunner(OwnCacheRunner):
             *layer, offsets, int16_inputs = weights
             draft_decoder.decoder_layer(x, *layer, self.kv.k[i], self.kv.v[i], cos, sin, self.length, self.n_heads, self.n_kv, self.eps,
                                         offsets, int16_inputs)
-        self.length = end
+        self._record(start, token_ids)
         return rms_norm(x[-n_last:], self.final_norm, self.eps)
 
     def forward(self, token_ids: list[int], n_logits: int = 1) -> torch.Tensor:

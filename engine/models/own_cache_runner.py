@@ -20,6 +20,8 @@ class OwnCacheRunner:
         self.inv_freq = decoder.rotary_emb.inv_freq.float()
         self.rope_scale = float(getattr(decoder.rotary_emb, "attention_scaling", 1.0))
         self.length = 0
+        #: The token at each cached position (engine.models.prefix_reuse reads it).
+        self.tokens: list[int] = []
 
     def _allocate_cache(self, layers: int, head_dim: int, capacity: int) -> None:
         self.head_dim = head_dim
@@ -27,10 +29,27 @@ class OwnCacheRunner:
 
     def reset(self) -> None:
         self.length = 0
+        self.tokens = []
 
     def crop(self, length: int) -> None:
         """Forget cached positions from ``length`` on (no-op when already shorter)."""
         self.length = min(self.length, length)
+        del self.tokens[self.length :]
+
+    #: Any cached prefix can be kept: a crop only moves the length (engine.models.prefix_reuse).
+    can_crop = True
+
+    @property
+    def kv_bytes(self) -> int:
+        """Memory its key/value cache holds (what a pool of kept caches budgets)."""
+        return self.kv.k.numel() * self.kv.k.element_size() * 2
+
+    def _record(self, start: int, token_ids) -> None:
+        """The rows fed at ``start`` are cached now: note their tokens, and the new length."""
+        ids = token_ids.tolist() if hasattr(token_ids, "tolist") else list(token_ids)
+        del self.tokens[start:]
+        self.tokens.extend(int(t) for t in ids)
+        self.length = start + len(ids)
 
     def _new_positions(self, n: int) -> tuple[int, int]:
         """(start, end) of ``n`` rows fed after the cached ones, with cache room for them."""

@@ -30,6 +30,9 @@ class ModelRunner:
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
         self.length = 0
+        #: The token at each cached position; None where it was fed as a device tensor (not read
+        #: back to the host for this), which no later prompt matches (engine.models.prefix_reuse).
+        self.tokens: list[int | None] = []
         self.hidden: torch.Tensor | None = None  # [rows, H]: final hidden states of the last pass
         self.hidden_start = 0  # absolute position of hidden[0]
         # Sliding-window layers forget states beyond the window as they go, which a rollback
@@ -92,14 +95,35 @@ class ModelRunner:
             # The model may compute only the last rows (Gemma 4 skips KV-shared layers for rows
             # whose logits are not kept); whatever it computed ends at the last fed position.
             self.hidden_start = self.length + n - self.hidden.shape[0]
+        if isinstance(token_ids, torch.Tensor):
+            self.tokens.extend([None] * n)
+        else:
+            self.tokens.extend(int(t) for t in token_ids)
         self.length += n
         return out
+
+    @property
+    def can_crop(self) -> bool:
+        """Whether any cached prefix can be kept: sliding-window layers drop states beyond their
+        window as they go, so only the whole cache (a request that extends it) can be."""
+        return not self._sliding
+
+    @property
+    def kv_bytes(self) -> int:
+        """Memory its key/value cache holds (what a pool of kept caches budgets)."""
+        total = 0
+        for layer in self.cache.layers:
+            for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                if isinstance(t, torch.Tensor):
+                    total += t.numel() * t.element_size()
+        return total
 
     def crop(self, length: int) -> None:
         """Forget cached positions from ``length`` on (no-op when already shorter)."""
         if length < self.length:
             self.cache.crop(length - self.length)  # transformers 5.24: negative = drop that many
             self.length = length
+            del self.tokens[length:]
 
     def hidden_at(self, position: int) -> torch.Tensor:
         """Final hidden state [H] of the token at ``position`` (must be cached and computed by
