@@ -34,7 +34,9 @@ class RunStats:
     rate without the prompt's prefill (what llama.cpp reports as its eval / tg rate), 0 until a
     second token exists.
     ``mean_accepted_per_pass`` is accepted draft tokens per target verification pass;
-    ``tokens_per_pass`` adds the target's own token (the usual "acceptance length")."""
+    ``tokens_per_pass`` adds the target's own token (the usual "acceptance length").
+    ``prompt_done`` of ``prompt_tokens`` are in the target's cache (the prefill's progress);
+    ``cached_tokens`` of them were kept from an earlier request, not prefilled again."""
 
     new_tokens: int = 0
     seconds: float = 0.0
@@ -51,6 +53,9 @@ class RunStats:
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     speculation_off_steps: int = 0
+    prompt_tokens: int = 0
+    prompt_done: int = 0
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

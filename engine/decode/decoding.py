@@ -4,7 +4,8 @@ Both loops know nothing about chat templates or Qt: they take prompt token ids, 
 the target, a tokenizer (only for streaming text and stop strings) and DecodeSettings.
 Cancellation is cooperative: ``cancel()`` is checked between steps.
 
-    prefill            feed the prompt, choose the first token
+    prefill            feed the prompt after the prefix the cache already holds (in chunks, with
+                       progress and cancellation between them), choose the first token
     decode_one_token   feed the last token, choose the next (plain decoding)
     speculate_step     draft k tokens, verify them in ONE target pass, keep the accepted prefix
                        plus the target's own next token, roll both caches back
@@ -24,10 +25,20 @@ from engine.decode.draft_length import DraftLengthController
 from engine.decode.output import OutputBuilder
 from engine.decode.stats import StatsTracker
 from engine.drafters.base import Draft, Drafter
+from engine.models.prefix_reuse import keep_common_prefix
 from engine.models.runner import ContextTooLong, ModelRunner
 from kernels.verify import verify_greedy, verify_sampled
 
 log = logging.getLogger(__name__)
+
+#: Prompt rows per prefill pass: a long prompt shows progress and can be cancelled between
+#: chunks, and a chunk's activations stay small. The runners' rows are batch-invariant, so the
+#: chunking changes no bit of the cache (engine.models.gguf_runner).
+PREFILL_CHUNK = 256
+
+
+class Cancelled(Exception):
+    """The request was cancelled during its prefill."""
 
 
 def eos_token_ids(model, tokenizer) -> set[int]:
@@ -56,7 +67,7 @@ class _Run:
         if window:
             max_new = min(max_new, window - len(prompt_ids))
         self.output = OutputBuilder(tokenizer, eos_ids, max_new, settings.stop_strings)
-        self.stats = StatsTracker()
+        self.stats = StatsTracker(prompt_tokens=len(prompt_ids))
         self.sampler = Sampler(settings, getattr(target, "device", None))
         self.context = list(prompt_ids)
 
@@ -97,16 +108,34 @@ def _model_name(target: ModelRunner) -> str:
     return str(getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "") or "the target")
 
 
-def prefill(target: ModelRunner, prompt_ids: list[int], sampler: Sampler) -> int:
-    target.reset()
-    logits = target.forward(prompt_ids)[-1]
+def prefill(target: ModelRunner, run: _Run, prompt_ids: list[int], whole: bool = False,
+            cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
+    """Feed the prompt after the prefix the target's cache already holds, in chunks of
+    PREFILL_CHUNK with a Stats event (prompt tokens done / total) after each; returns the first
+    chosen token (``token = yield from prefill(...)``). Raises Cancelled between chunks.
+    ``whole``: the whole prompt in one pass on an empty cache (for drafters that read the
+    target's hidden states of every prompt position from its prefill)."""
+    if whole:
+        target.reset()
+    kept = 0 if whole else keep_common_prefix(target, prompt_ids)
+    run.stats.prefilled(kept, cached=kept)
+    pending = prompt_ids[kept:]
+    while not whole and len(pending) > PREFILL_CHUNK:
+        if cancel():
+            raise Cancelled
+        target.forward(pending[:PREFILL_CHUNK])
+        pending = pending[PREFILL_CHUNK:]
+        run.stats.prefilled(target.length)
+        yield Stats(run.stats.snapshot())
+    logits = target.forward(pending)[-1]
+    run.stats.prefilled(len(prompt_ids))
     # The last guard against damaged weights: one check per request, on [V] logits.
     if not torch.isfinite(logits).all():
         raise NonFiniteLogits(
             f"{_model_name(target)} computed NaN or infinite logits for the prompt: its weights (or a"
             f" cache made from them) are damaged; convert or download the model again"
         )
-    return sampler.choose(logits)[0]
+    return run.sampler.choose(logits)[0]
 
 
 def decode_one_token(target: ModelRunner, last_token: int, sampler: Sampler) -> int:
@@ -126,7 +155,7 @@ def plain_decode(
     try:
         run = _Run(target, tokenizer, prompt_ids, settings, eos_ids)
         t = time.perf_counter()
-        token = prefill(target, prompt_ids, run.sampler)
+        token = yield from prefill(target, run, prompt_ids, cancel=cancel)
         yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
         while not run.done:
             if cancel():
@@ -138,6 +167,8 @@ def plain_decode(
             run.stats.add_pass(0, 0, 0.0, step_s)
             yield from run.emit([token], [False], 0, 0, step_s)
         yield run.finish()
+    except Cancelled:
+        yield run.finish("cancelled")
     except Exception as exc:  # the consumer (CLI, Qt worker) shows it; the engine never dies
         _log_failure("plain decoding", exc)
         yield Failed(_describe(exc))
@@ -192,7 +223,8 @@ def speculative_decode(
             known=(costs or {}).get("measured"),
         )
         t = time.perf_counter()
-        token = prefill(target, prompt_ids, run.sampler)
+        # Drafters that read the target's hidden states need them for the whole prompt.
+        token = yield from prefill(target, run, prompt_ids, whole=attach is not None, cancel=cancel)
         yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
         # A drafter that need not draft soon reads the prompt when it first drafts (its catch-up
         # then): on a target where speculation does not pay, that prefill only delayed the
@@ -233,6 +265,8 @@ def speculative_decode(
         if costs is not None and controller.measured() is not None:
             costs["measured"] = controller.measured()
         yield run.finish()
+    except Cancelled:
+        yield run.finish("cancelled")
     except Exception as exc:
         _log_failure("speculative decoding", exc)
         yield Failed(_describe(exc))

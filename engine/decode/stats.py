@@ -14,8 +14,11 @@ def decode_rate(new_tokens: int, first_tokens: int, seconds_after_first: float) 
 
 
 class StatsTracker:
-    def __init__(self) -> None:
+    def __init__(self, prompt_tokens: int = 0) -> None:
         self.start = time.perf_counter()
+        self.prompt_tokens = prompt_tokens
+        self.prompt_done = 0  # prompt tokens in the target's cache so far (kept or prefilled)
+        self.cached_tokens = 0  # ... of which were kept from an earlier request
         self.first_token_at: float | None = None
         self._first_block = 0
         self.new_tokens = 0
@@ -27,6 +30,11 @@ class StatsTracker:
         self.draft_s = 0.0
         self.verify_s = 0.0
         self.off_steps = 0
+
+    def prefilled(self, done: int, cached: int | None = None) -> None:
+        self.prompt_done = done
+        if cached is not None:
+            self.cached_tokens = cached
 
     def add_tokens(self, n: int) -> None:
         if n and self.first_token_at is None:
@@ -69,4 +77,7 @@ class StatsTracker:
             draft_seconds=self.draft_s,
             verify_seconds=self.verify_s,
             speculation_off_steps=self.off_steps,
+            prompt_tokens=self.prompt_tokens,
+            prompt_done=self.prompt_done,
+            cached_tokens=self.cached_tokens,
         )
