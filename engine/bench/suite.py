@@ -149,6 +149,7 @@ def baseline_plain(session: Session, prompts: list[dict], max_new_tokens: int, p
     drain(session.plain(session.encode(prompts[0]["prompt"]), DecodeSettings(max_new_tokens=WARM_UP_TOKENS)))
     rows = {}
     for item in prompts:
+        session.forget_prefixes()
         run = _ours(session.plain(session.encode(item["prompt"]), settings))
         rows[item["id"]] = {k: run[k] for k in ("tok_per_s", "new_tokens", "token_ids")}
         progress(f"{item['id']:<14} {item['category']:<9} plain at {session.precision}: {run['tok_per_s']:5.2f} tok/s")
@@ -232,7 +233,10 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
         # Plain and speculative alternate, so a machine whose speed drifts slows both alike.
         plains, specs = [], []
         for _ in range(repeats):
+            # Every run a first turn: none finds an earlier run's prefix in a kept cache.
+            session.forget_prefixes()
             plains.append(_ours(session.plain(ids, settings)))
+            session.forget_prefixes()
             specs.append(_speculative(session, ids, settings, drafter))
         row["plain"], spec = _median_run(plains), _median_run(specs)
         row["speculative"] = spec

@@ -52,6 +52,11 @@ class DraftModelDrafter:
         if self.head is not None:
             self.head.reset()
 
+    def forget(self) -> None:
+        """Drop the cached prefix too: the next prompt is prefilled whole (a benchmark's run)."""
+        self.reset()
+        self._crop(0)
+
     def prepare(self, prompt: list[int]) -> None:
         """Prefill the drafter with the prompt, reusing the cached prefix it shares with the
         previous request (the chat template's system prompt, earlier turns of a chat): a

@@ -43,7 +43,10 @@ def warm_up(session: Session, drafter: DrafterKind = "model") -> None:
 def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: DrafterKind = "model", on_event: Callable | None = None) -> Comparison:
     warm_up(session, drafter)
     prompt_ids = session.encode(prompt)
+    # Both runs start as a first turn: neither finds the other's (or the warm-up's) prefix.
+    session.forget_prefixes()
     plain = drain(session.plain(prompt_ids, settings), on_event and (lambda e: on_event("plain", e)))
+    session.forget_prefixes()
     spec = drain(session.speculative(prompt_ids, settings, drafter), on_event and (lambda e: on_event("speculative", e)))
     divergence = None
     if plain.token_ids != spec.token_ids and settings.mode == "greedy":

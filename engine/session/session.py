@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
-from engine.core.events import Event
+from engine.core.events import Event, Failed, Finished
 from engine.core.settings import DecodeSettings, DrafterOptions, InvalidRequest, Precision, check_prompt
 from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import Drafter, DrafterMismatch, DraftModelDrafter, Gemma4AssistantDrafter, PromptLookupDrafter
@@ -21,6 +21,7 @@ from engine.drafters.reduced_head import ReducedHead
 from engine.gguf import is_gguf
 from engine.models.loading import LoadedModel, check_model_folder, drafter_weights, load_model, read_config, same_vocabulary
 from engine.models.placement import check_fits, dtype_for, pick_device, weights_name
+from engine.models.prefix_reuse import RunnerPool
 from engine.models.runner import ModelRunner
 
 DrafterKind = Literal["model", "lookup", "mtp", "off"]
@@ -71,6 +72,10 @@ class Session:
         if isinstance(self._model_drafter, DraftModelDrafter) and self.drafter_options.lookup:
             self._drafting = LookupFirstDrafter(self._model_drafter)
         self._mtp_drafter: Drafter | None = None
+        # The target's caches of recent requests (engine.models.prefix_reuse): a chat's next
+        # turn, a regenerate or the server's next request of a conversation prefills only what
+        # it adds. Drafters that read the target's own states get a fresh runner each time.
+        self.target_caches = RunnerPool(self._new_target_runner)
         #: Set when a requested drafter was replaced by another one; says why, for the user.
         self.drafter_note: str | None = None
 
@@ -159,7 +164,7 @@ class Session:
         return self._mtp_drafter
 
     def target_runner(self, drafter=None):
-        """A runner (KV cache) for one request: the side-by-side demo interleaves two requests.
+        """A new runner (KV cache) for one request: the side-by-side demo interleaves two requests.
 
         A quantized (int8 / int4) CPU target runs one fused kernel call per decoder layer
         (FusedRunner) where it can: its PyTorch modules cost ~50 small ops per layer, which was
@@ -179,8 +184,39 @@ class Session:
             return gguf_runner.GgufRunner(model)
         return ModelRunner(model)
 
+    def _new_target_runner(self):
+        return self.target_runner()
+
+    def _leased(self, prompt_ids: list[int], drafter, run: Callable) -> Iterator[Event]:
+        """Run ``run(runner)`` on the kept cache that shares the most with ``prompt_ids``, and keep
+        the cache for the next request when it ends (finished, failed or abandoned)."""
+        if getattr(drafter, "attach_target", None) is not None:
+            yield from run(self.target_runner(drafter))
+            return
+        runner = self.target_caches.lease(prompt_ids)
+        leased = True
+        try:
+            for event in run(runner):
+                if isinstance(event, (Finished, Failed)):
+                    # Released before the last event is handed on: a consumer that stops there
+                    # (drain) must not leave the cache leased until the generator is collected.
+                    self.target_caches.release(runner)
+                    leased = False
+                yield event
+        finally:
+            if leased:
+                self.target_caches.release(runner)
+
     def plain(self, prompt_ids: list[int], settings: DecodeSettings, cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
-        return plain_decode(self.target_runner(), self.tokenizer, prompt_ids, settings, self.eos_ids, cancel)
+        return self._leased(prompt_ids, None, lambda runner: plain_decode(
+            runner, self.tokenizer, prompt_ids, settings, self.eos_ids, cancel))
+
+    def forget_prefixes(self) -> None:
+        """Drop every kept cache, the target's and the draft model's: the next request prefills
+        its whole prompt, as a first turn does (what compare and bench measure)."""
+        self.target_caches.clear()
+        if isinstance(self._model_drafter, DraftModelDrafter):
+            self._model_drafter.forget()
 
     def forget_costs(self) -> None:
         """Drop what earlier requests measured (a warm-up's figures include one-time costs)."""
@@ -193,5 +229,5 @@ class Session:
         # Costs measured by earlier requests with this drafter seed the draft length (see
         # DraftLengthController's ``known``).
         costs = self._costs.setdefault(drafter, {})
-        return speculative_decode(self.target_runner(chosen), chosen, self.tokenizer, prompt_ids, settings, self.eos_ids,
-                                  cancel, costs=costs)
+        return self._leased(prompt_ids, chosen, lambda runner: speculative_decode(
+            runner, chosen, self.tokenizer, prompt_ids, settings, self.eos_ids, cancel, costs=costs))
