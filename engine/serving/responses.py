@@ -20,19 +20,25 @@ from engine.core.events import Finished
 FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "cancelled": "cancelled"}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+def usage(prompt_tokens: int, finished: Finished) -> dict:
+    """OpenAI's usage; ``cached_tokens``: the prompt's prefix kept from an earlier request."""
+    completion = len(finished.token_ids)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+            "prompt_tokens_details": {"cached_tokens": finished.stats.cached_tokens}}
 
 
 def timings(finished: Finished, prompt_tokens: int, drafter: str, queue_s: float) -> dict:
     s = finished.stats
     prompt_ms = (s.ttft_s or 0.0) * 1000
     predicted_ms = max(0.0, s.seconds * 1000 - prompt_ms)
+    # As llama-server counts them: prompt_n the tokens evaluated, cache_n those kept from before.
+    evaluated = max(0, prompt_tokens - s.cached_tokens)
     return {
-        "prompt_n": prompt_tokens,
+        "cache_n": s.cached_tokens,
+        "prompt_n": evaluated,
         "prompt_ms": round(prompt_ms, 3),
-        "prompt_per_second": round(prompt_tokens / prompt_ms * 1000, 3) if prompt_ms else 0.0,
+        "prompt_per_second": round(evaluated / prompt_ms * 1000, 3) if prompt_ms else 0.0,
         "predicted_n": s.new_tokens,
         "predicted_ms": round(predicted_ms, 3),
         "predicted_per_token_ms": round(predicted_ms / (s.new_tokens - 1), 3) if s.new_tokens > 1 else 0.0,
@@ -75,7 +81,7 @@ class ReplyShape:
     def full(self, finished: Finished, prompt_tokens: int, timings_: dict) -> dict:
         body = self._head("chat.completion" if self.chat else "text_completion")
         body["choices"] = [self._choice(finished.text, FINISH_REASONS.get(finished.reason, "stop"), stream=False)]
-        body["usage"] = usage(prompt_tokens, len(finished.token_ids))
+        body["usage"] = usage(prompt_tokens, finished)
         body["timings"] = timings_
         return body
 
@@ -106,6 +112,6 @@ class ReplyShape:
         """Sent after the last choice chunk when ``stream_options.include_usage`` is set."""
         body = self._chunk_head()
         body["choices"] = []
-        body["usage"] = usage(prompt_tokens, len(finished.token_ids))
+        body["usage"] = usage(prompt_tokens, finished)
         body["timings"] = timings_
         return body

@@ -30,10 +30,13 @@ def test_greedy_chat_equals_in_process_plain_and_speculative_decoding(tiny_sessi
     (choice,) = body["choices"]
     assert choice["message"] == {"role": "assistant", "content": plain.text}
     assert choice["finish_reason"] == ("length" if len(plain.token_ids) == 12 else "stop")
-    assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": len(plain.token_ids),
-                             "total_tokens": len(ids) + len(plain.token_ids)}
     t = body["timings"]
-    assert t["prompt_n"] == len(ids) and t["predicted_n"] == len(plain.token_ids)
+    # The in-process runs left this prompt in a kept cache: all but its last token is reused.
+    assert t["cache_n"] == len(ids) - 1
+    assert body["usage"] == {"prompt_tokens": len(ids), "completion_tokens": len(plain.token_ids),
+                             "total_tokens": len(ids) + len(plain.token_ids),
+                             "prompt_tokens_details": {"cached_tokens": len(ids) - 1}}
+    assert t["prompt_n"] == 1 and t["predicted_n"] == len(plain.token_ids)
     assert t["draft_n"] == spec.stats.drafted > 0 and t["draft_n_accepted"] == spec.stats.accepted
     assert t["mean_accepted_length"] == pytest.approx(spec.stats.tokens_per_pass, abs=1e-3)
     for field in ("prompt_ms", "predicted_ms", "predicted_per_second"):
@@ -145,7 +148,9 @@ def test_content_as_a_list_of_text_parts_equals_the_joined_string(tiny_session, 
     as_string = call(url, "POST", "/v1/chat/completions",
                      {"messages": [{"role": "developer", "content": "Be brief."},  # OpenAI's new name for system
                                    {"role": "user", "content": "def add\n(a, b):"}], **GREEDY}).json()
-    assert as_parts["usage"] == as_string["usage"]
+    # The same prompt twice: the second request keeps all of it but its last token.
+    assert as_parts["usage"]["prompt_tokens"] == as_string["usage"]["prompt_tokens"]
+    assert as_string["usage"]["prompt_tokens_details"]["cached_tokens"] == as_string["usage"]["prompt_tokens"] - 1
     assert as_parts["choices"][0]["message"] == as_string["choices"][0]["message"]
 
 
