@@ -9,10 +9,11 @@ forward, crop, length) for the targets it supports: Llama / Qwen2 / Qwen3-shaped
 with plain rotary embeddings, a SwiGLU MLP and no sliding window.
 
 Every row is computed independently of how many rows share the pass (the GGUF kernels and the
-attention kernel are batch-invariant, the rest is per-row arithmetic), so verifying k+1 drafted
-tokens gives the bits that decoding them one at a time gives: speculation on it stays
-token-identical to its plain decoding. A long prompt's prefill (more than ``PREFILL_ROWS`` rows)
-takes PyTorch's fused attention instead: plain and speculative decoding prefill it the same way.
+attention kernel are batch-invariant, the rest is per-row arithmetic), prompt rows included, so
+verifying k+1 drafted tokens gives the bits that decoding them one at a time gives (speculation
+on it stays token-identical to its plain decoding), a prompt prefilled in chunks gives the bits
+of one pass, and a prefix kept from an earlier request (engine.models.prefix_reuse) the bits a
+fresh prefill computes.
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ import torch
 from torch.nn import functional as F
 
 from engine.gguf.modules import DenseLinear, GgufLinear
-from engine.models.invariant_attention import PREFILL_ROWS
 from engine.models.own_cache_runner import OwnCacheRunner
 from kernels import attention, gguf_linear
 
@@ -159,12 +159,7 @@ class GgufRunner(OwnCacheRunner):
             self.kv.v[i, :, start:end] = v.transpose(0, 1)
             keys, values = self.kv.k[i : i + 1, :, :end], self.kv.v[i : i + 1, :, :end]
             query = q.transpose(0, 1).unsqueeze(0)  # [1, H, n, D], head_dim contiguous
-            if n > PREFILL_ROWS:
-                out = F.scaled_dot_product_attention(query, keys, values, is_causal=start == 0, scale=self.scaling,
-                                                     enable_gqa=True, attn_mask=None if start == 0 else self._mask(start, n))
-                out = out[0].transpose(0, 1)
-            else:
-                out = attention.causal_attention(query, keys, values, self.scaling)[0]  # [n, H, D]
+            out = attention.causal_attention(query, keys, values, self.scaling)[0]  # [n, H, D]
             x = x + layer.o(out.reshape(n, H * D))
             h = _rms_norm(x, layer.post_norm, self.eps)
             if layer.gate_up is not None:
@@ -173,13 +168,8 @@ class GgufRunner(OwnCacheRunner):
                 x = x + layer.down(F.silu(gate_up[:, :inner]) * gate_up[:, inner:])
             else:
                 x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
-        self.length = end
+        self._record(start, ids)
         return _rms_norm(x[-n_last:], self.final_norm, self.eps)
-
-    @staticmethod
-    def _mask(start: int, n: int) -> torch.Tensor:
-        """Row i (position start + i) sees keys 0 .. start + i."""
-        return torch.ones(n, start + n, dtype=torch.bool).tril(diagonal=start)
 
     def forward(self, token_ids: list[int] | torch.Tensor, n_logits: int = 1) -> torch.Tensor:
         """Logits through the model's own LM head, as ModelRunner.forward."""

@@ -10,7 +10,7 @@ import torch
 from kernels.build import avx2_extension
 
 SOURCE = Path(__file__).with_name("attention_avx2.cpp")
-available, _module = avx2_extension("tandem_attention_avx2", lambda: SOURCE)
+available, _module = avx2_extension("tandem_attention_avx2", lambda: SOURCE, extra_cflags=("-mf16c",))
 
 
 def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:

@@ -66,3 +66,49 @@ def test_unknown_backend_is_refused():
 def test_reference_is_the_specification():
     q, k, v = _qkv(4, 2, 5, 20, 16, torch.float32, seed=5)
     torch.testing.assert_close(reference.causal_attention(q, k, v, 0.25).double(), _naive(q, k, v, 0.25), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("rows,length", [(1, 1100), (5, 4100), (300, 700), (256, 256), (3, 512)])
+def test_long_caches_match_textbook_attention(backend, rows, length):
+    """Several key chunks (partial softmaxes merged in order), prefill-sized row counts."""
+    q, k, v = _qkv(12, 2, rows, length, 128, torch.float32, seed=11)
+    got = attention.causal_attention(q, k, v, 128 ** -0.5)
+    torch.testing.assert_close(got.double(), _naive(q, k, v, 128 ** -0.5), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kv_dtype", [torch.float16, torch.bfloat16])
+def test_sixteen_bit_cache_matches_textbook_attention(backend, kv_dtype):
+    """fp32 queries against a 16-bit cache: the rounding is the cache's, the arithmetic fp32."""
+    if backend == "reference":
+        pytest.skip("the reference takes one dtype")
+    q, k, v = _qkv(12, 2, 5, 600, 128, torch.float32, seed=12)
+    k, v = k.to(kv_dtype), v.to(kv_dtype)
+    got = attention.causal_attention(q, k, v, 128 ** -0.5)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got.double(), _naive(q, k.float(), v.float(), 128 ** -0.5), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("length", [100, 600, 2100])
+def test_prefill_chunks_give_the_bits_of_one_pass(backend, length):
+    """A prompt prefilled in chunks of rows (or kept from an earlier request and continued)
+    attends as one pass over all its rows would, bit for bit, at every cache length."""
+    q, k, v = _qkv(12, 2, length, length, 128, torch.float32, seed=13)
+    whole = attention.causal_attention(q, k, v, 0.088)
+    for start, end in [(0, 37), (37, 37 + 256), (length - 5, length), (length - 1, length)]:
+        part = attention.causal_attention(q[:, :, start:end], k[:, :, :end], v[:, :, :end], 0.088)
+        assert torch.equal(part[0], whole[0, start:end]), (start, end)
+
+
+def test_thread_count_does_not_change_a_bit(backend):
+    """Threads split a long cache by key chunks; the merge order is fixed, so any thread count
+    gives the same bits."""
+    q, k, v = _qkv(12, 2, 5, 3000, 128, torch.float32, seed=14)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = attention.causal_attention(q, k, v, 0.088)
+        torch.set_num_threads(2)
+        two = attention.causal_attention(q, k, v, 0.088)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
