@@ -1,0 +1,201 @@
+"""Prefix reuse: a request that continues an earlier one prefills only its new tokens, and what it
+computes equals a fresh prefill's, logits and tokens, plain and speculative, greedy and sampled.
+
+On a GGUF target (GgufRunner: every row batch-invariant, prompt rows included) the equality is
+bit for bit, so it is asserted with torch.equal and ==."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engine.core.settings import DecodeSettings
+from engine.decode import decoding
+from engine.models.gguf_runner import GgufRunner
+from engine.models.prefix_reuse import RunnerPool, common_prefix, keep_common_prefix
+from engine.session.compare import drain
+from engine.session.session import Session
+from engine.testing.tiny_gguf import build_model, write_gguf
+from engine.testing.tiny_models import build_tokenizer, perturbed_copy
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+SYSTEM = "You are a careful coding assistant."
+FILE = "def area(w, h):\n    return w * h\n\nclass Box:\n    def __init__(self, w, h):\n        self.w = w\n"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("reuse")
+    tokenizer = build_tokenizer()
+    target = build_model("qwen2", len(tokenizer), layers=3)
+    drafter = perturbed_copy(target, 0.005, seed=7)
+    return (write_gguf(target, tokenizer, folder / "target-q4_0.gguf", "Q4_0"),
+            write_gguf(drafter, tokenizer, folder / "drafter-q8_0.gguf", "Q8_0"))
+
+
+@pytest.fixture
+def session(pair):
+    return Session.load(pair[0], pair[1], precision="file")
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Prefill chunks of 7 rows, so the tiny prompts are prefilled in several passes."""
+    monkeypatch.setattr(decoding, "PREFILL_CHUNK", 7)
+
+
+def _messages(*turns: str, system: str = SYSTEM) -> list[dict]:
+    roles = ["user", "assistant"]
+    return [{"role": "system", "content": system}] + [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+
+
+def _run(session, ids, settings, drafter):
+    return drain(session.speculative(ids, settings, drafter) if drafter != "off" else session.plain(ids, settings))
+
+
+def _fresh(session, ids, settings, drafter):
+    session.forget_prefixes()
+    return _run(session, ids, settings, drafter)
+
+
+def test_runner_logits_after_a_kept_prefix_equal_a_fresh_prefill(session):
+    ids = session.encode(_messages(FILE + "\nExplain this."))
+    fresh = GgufRunner(session.target.model)
+    whole = fresh.forward(ids, n_logits=len(ids))
+    kept = GgufRunner(session.target.model)
+    kept.forward(ids[:20])
+    kept.forward(ids[20:31])
+    kept.forward([5, 6, 7])  # a continuation the next prompt does not share
+    assert keep_common_prefix(kept, ids) == 31 and kept.length == 31 and kept.tokens == ids[:31]
+    rest = kept.forward(ids[31:], n_logits=len(ids) - 31)
+    assert torch.equal(rest, whole[31:])
+    assert torch.equal(kept.kv.k[:, :, : len(ids)], fresh.kv.k[:, :, : len(ids)])
+
+
+@pytest.mark.parametrize("drafter", ["off", "model"])
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_a_chat_turn_reuses_the_last_and_equals_a_fresh_prefill(session, small_chunks, drafter, mode):
+    settings = DecodeSettings(max_new_tokens=16, mode=mode, temperature=0.9, seed=5)
+    first_ids = session.encode(_messages(FILE + "\nExplain this."))
+    first = _fresh(session, first_ids, settings, drafter)
+    assert first.stats.cached_tokens == 0 and first.stats.prompt_done == len(first_ids)
+    second_ids = session.encode(_messages(FILE + "\nExplain this.", first.text, "Now add a docstring."))
+    reused = _run(session, second_ids, settings, drafter)
+    shared = common_prefix(first_ids + list(first.token_ids), second_ids)
+    assert reused.stats.cached_tokens == min(shared, len(second_ids) - 1) > len(first_ids) // 2
+    assert reused.stats.prompt_tokens == len(second_ids) == reused.stats.prompt_done
+    fresh = _fresh(session, second_ids, settings, drafter)
+    assert fresh.stats.cached_tokens == 0
+    assert reused.token_ids == fresh.token_ids
+
+
+def test_regenerate_reuses_all_but_the_last_prompt_token(session):
+    settings = DecodeSettings(max_new_tokens=12)
+    ids = session.encode(_messages("Write a function that sums a list."))
+    first = _fresh(session, ids, settings, "model")
+    again = _run(session, ids, settings, "model")
+    assert again.stats.cached_tokens == len(ids) - 1
+    assert again.token_ids == first.token_ids
+
+
+@pytest.mark.parametrize("change", ["system prompt", "earlier message"])
+def test_a_changed_earlier_part_keeps_only_what_comes_before_it(session, change):
+    settings = DecodeSettings(max_new_tokens=12)
+    turns = [FILE + "\nExplain this.", "It computes areas.", "Now add a docstring."]
+    ids = session.encode(_messages(*turns))
+    _fresh(session, ids, settings, "model")
+    if change == "system prompt":
+        edited = session.encode(_messages(*turns, system="You answer in French."))
+    else:
+        edited = session.encode(_messages(turns[0], "It computes volumes.", turns[2]))
+    reused = _run(session, edited, settings, "model")
+    assert reused.stats.cached_tokens == common_prefix(ids, edited) < len(ids) - 3
+    assert reused.token_ids == _fresh(session, edited, settings, "model").token_ids
+
+
+def test_the_kept_cache_records_what_verification_kept(session):
+    """After speculation (drafts rejected and cropped) the cached tokens are the reply's."""
+    ids = session.encode(_messages("Write a loop that prints 1 to 10."))
+    result = _fresh(session, ids, DecodeSettings(max_new_tokens=20, draft_length=4), "model")
+    (runner,) = session.target_caches._idle
+    context = ids + list(result.token_ids)
+    assert runner.tokens == context[: runner.length] and runner.length >= len(context) - 2
+
+
+def test_side_by_side_lanes_each_keep_their_own_cache(session):
+    from engine.session.side_by_side import side_by_side
+
+    settings = DecodeSettings(max_new_tokens=10)
+    messages = _messages("Say something about lists.")
+    ids = session.encode(messages)
+    session.forget_prefixes()
+    list(side_by_side(session, messages, settings))
+    assert session.target_caches.idle == 2
+    assert sorted(session.target_caches.kept_tokens())[0] >= len(ids)
+
+
+def test_a_cancelled_prefill_stops_between_chunks_and_keeps_what_it_computed(session, small_chunks):
+    ids = session.encode(_messages(FILE * 2 + "\nExplain this."))
+    session.forget_prefixes()
+    seen = []
+
+    def cancel():
+        return len(seen) >= 2
+
+    events = []
+    for event in session.plain(ids, DecodeSettings(max_new_tokens=8), cancel=cancel):
+        events.append(event)
+        if hasattr(event, "stats") and event.stats.prompt_done:
+            seen.append(event.stats.prompt_done)
+    finished = events[-1]
+    assert finished.reason == "cancelled" and finished.token_ids == ()
+    assert seen[:2] == [7, 14]  # progress, chunk by chunk
+    again = _run(session, ids, DecodeSettings(max_new_tokens=8), "off")
+    assert again.stats.cached_tokens == 14
+    assert again.token_ids == _fresh(session, ids, DecodeSettings(max_new_tokens=8), "off").token_ids
+
+
+class _FakeRunner:
+    """What the pool reads of a runner: its tokens, length, crop and memory."""
+
+    can_crop = True
+
+    def __init__(self, kv_bytes=100):
+        self.tokens, self.kv_bytes = [], kv_bytes
+
+    @property
+    def length(self):
+        return len(self.tokens)
+
+    def reset(self):
+        self.tokens = []
+
+    def crop(self, n):
+        del self.tokens[n:]
+
+
+def test_pool_leases_the_cache_with_the_longest_prefix_and_stays_bounded():
+    pool = RunnerPool(_FakeRunner, max_idle=3, max_idle_bytes=250)
+    a, b = pool.lease([1, 2, 3]), pool.lease([1, 2, 3])
+    assert a is not b  # two requests at once never share a cache
+    a.tokens, b.tokens = [1, 2, 3, 4], [7, 8, 9]
+    pool.release(a)
+    pool.release(b)
+    assert pool.lease([7, 8, 9, 10]) is b
+    assert pool.lease([1, 2, 5]) is a  # two tokens shared beat none
+    pool.release(a)
+    pool.release(b)
+    c = pool.lease([42])  # shares nothing: a new cache while the pool is not full
+    assert c is not a and c is not b
+    c.tokens = [42, 43]
+    pool.release(c)  # three caches of 100 bytes exceed 250: the least recently used goes
+    assert pool.idle == 2 and a not in pool._idle
+
+
+def test_a_cache_that_cannot_crop_is_kept_only_when_extended():
+    runner = _FakeRunner()
+    runner.can_crop = False
+    runner.tokens = [1, 2, 3]
+    assert keep_common_prefix(runner, [1, 2, 3, 4, 5]) == 3
+    runner.tokens = [1, 2, 3]
+    assert keep_common_prefix(runner, [1, 2, 9, 9]) == 0 and runner.tokens == []
