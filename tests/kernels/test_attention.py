@@ -112,3 +112,22 @@ def test_thread_count_does_not_change_a_bit(backend):
     finally:
         torch.set_num_threads(before)
     assert torch.equal(one, two)
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(12, 2), (6, 2), (5, 1)])
+@pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
+def test_a_head_gives_its_bits_whichever_heads_and_rows_share_its_keys(backend, heads, kv_heads, kv_dtype):
+    """The kernel pairs query vectors that read the same keys (heads of one group, rows of one
+    pass); a (row, head) computed alone, with one head and one row, has the same bits, across
+    whole and partly visible key chunks, for even and odd group sizes."""
+    q, k, v = _qkv(heads, kv_heads, 5, 700, 128, torch.float32, seed=15)
+    k, v = k.to(kv_dtype), v.to(kv_dtype)
+    together = attention.causal_attention(q, k, v, 0.088)
+    group = heads // kv_heads
+    for i in (0, 3, 4):
+        visible = 700 - 5 + i + 1
+        for h in range(heads):
+            g = h // group
+            alone = attention.causal_attention(q[:, h : h + 1, i : i + 1], k[:, g : g + 1, :visible],
+                                               v[:, g : g + 1, :visible], 0.088)
+            assert torch.equal(alone[0, 0, 0], together[0, i, h]), (i, h)
