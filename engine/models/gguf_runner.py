@@ -3,8 +3,13 @@
 Why: on a GGUF target the quantized linears are one kernel call each, and what surrounds them in
 transformers' modules (cache objects, masks, position plumbing, ~50 small ops per layer) cost
 ~16% of a one-token step on the default target. This runner does the same arithmetic in a dozen
-ops a layer over the model's own modules and tensors (no copy of any weight), with its own fp32
-key/value cache (engine.models.own_cache_runner). Same interface as ModelRunner (reset, forward_hidden,
+ops a layer over the model's own modules and tensors (no copy of any weight), with its own
+key/value cache (engine.models.own_cache_runner).
+
+The cache holds keys and values in fp16 (KV_DTYPE), as llama.cpp does by default: half the
+memory of fp32 at long context, and attention, which reads the whole cache for every row, reads
+half the bytes. Every row is rounded the same way whichever pass wrote it, so this changes no
+invariance below; what it costs in fidelity `tandem fidelity` measures (candidate file-kv32). Same interface as ModelRunner (reset, forward_hidden,
 forward, crop, length) for the targets it supports: Llama / Qwen2 / Qwen3-shaped GGUF models
 with plain rotary embeddings, a SwiGLU MLP and no sliding window.
 
@@ -109,8 +114,13 @@ def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
     return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
 
 
+#: The cache's element type (see the module docstring): fp16 for its 10 mantissa bits (bf16 keeps
+#: 7); keys and values of these models stay far inside its range (largest finite 65,504).
+KV_DTYPE = torch.float16
+
+
 class GgufRunner(OwnCacheRunner):
-    def __init__(self, model, initial_capacity: int = 256) -> None:
+    def __init__(self, model, initial_capacity: int = 256, kv_dtype: torch.dtype = KV_DTYPE) -> None:
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"GgufRunner cannot run this model: {reason}")
@@ -121,7 +131,7 @@ class GgufRunner(OwnCacheRunner):
         self.layers = [_Layer(layer) for layer in decoder.layers]
         attn = decoder.layers[0].self_attn
         self._allocate_cache(len(self.layers), int(getattr(attn, "head_dim", attn.q_proj.out_features // self.n_heads)),
-                             initial_capacity)
+                             initial_capacity, kv_dtype)
         self.scaling = float(getattr(attn, "scaling", self.head_dim ** -0.5))
 
     @torch.inference_mode()

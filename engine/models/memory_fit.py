@@ -14,7 +14,8 @@ An estimate has four parts (bytes):
                tensors, memory-mapped, less the untied input embedding that lookups leave
                unread (engine.models.variants.GgufVariant.resident_bytes)
     kv_cache   the target's K/V at ``context`` tokens: 2 x layers x kv_heads x head_dim x bytes
-               per token, sliding-window layers holding at most their window
+               per token, sliding-window layers holding at most their window; fp16 for a GGUF
+               target on the CPU (engine.models.gguf_runner.KV_DTYPE), else the activations' dtype
     drafter    a separate draft model: its weights (at ``drafter_weights``, by default what the
                loader's "auto" picks, engine.models.drafter_choice: "int8" / "int4" are the
                engine's quantized drafters, linear layers int8 / int4 and the embedding and head
@@ -23,8 +24,13 @@ An estimate has four parts (bytes):
                weights only (it reads the target's K/V); MTP heads: inside the target (0);
                prompt lookup: 0
     overhead   the runtime (Python, torch, transformers, tokenizers), the activations of one
-               prefill pass over the whole prompt (the engine prefills in one pass), the logits
-               of a verification pass, and the CUDA context on a GPU
+               prefill pass (a chunk of PREFILL_CHUNK prompt rows; the whole prompt in one pass
+               where the drafter reads the target's states of every row: MTP, an assistant), the
+               logits of a verification pass, and the CUDA context on a GPU
+
+Kept prefixes: between requests the session keeps the caches of a few recent conversations
+(engine.models.prefix_reuse.RunnerPool, bounded by its KEPT_CACHE_BYTES beyond the one in use), so
+that a follow-up prefills only its new tokens; one conversation needs what the estimate says.
 
 The overhead constants are measured, not tuned per model: see ``RUNTIME_BYTES`` and
 ``TOKENIZER_BYTES_PER_TOKEN`` and the activation model in ``activation_bytes``; tests check the
@@ -38,6 +44,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+from engine.core.settings import PREFILL_CHUNK
 from engine.models.architecture import Architecture, estimate_params
 from engine.models.catalog import FILE_PRECISION, CatalogEntry, canonical_precision, weight_bytes
 from engine.models.drafter_choice import auto_drafter_weights, cpu_kernels_expected
@@ -81,6 +88,25 @@ MIN_CONTEXT = 2048
 DEFAULT_CONTEXT = 4096
 
 
+# Keys per partial softmax in the CPU attention kernel (kChunk in attention_avx2.cpp).
+ATTENTION_KEY_CHUNK = 256
+
+# Drafter kinds whose prompt is prefilled in one pass (they read the target's hidden states of
+# every prompt row from it); the others prefill in chunks of PREFILL_CHUNK rows.
+WHOLE_PREFILL_KINDS = ("mtp", "assistant")
+
+
+def kv_dtype_bytes(precision: str, device: Device, whole_prefill: bool = False, cpu_kernels: bool | None = None) -> float:
+    """Bytes per cached K/V element of a GGUF model's runner: fp16 where it runs on GgufRunner
+    (a GGUF file on the CPU where the compiled kernels run, ``cpu_kernels``, None: this
+    machine's guess; unless its drafter reads transformers' cache), else the activations'."""
+    if cpu_kernels is None:
+        cpu_kernels = cpu_kernels_expected()
+    if canonical_precision(precision) == FILE_PRECISION and device == "cpu" and cpu_kernels and not whole_prefill:
+        return 2.0
+    return dtype_bytes(precision, device)
+
+
 def dtype_bytes(precision: str, device: Device = "cpu") -> float:
     """Bytes per activation / K/V element. The engine's int8 target computes and caches in fp32
     (engine.quant.quantize.to_int8_target), and so does its int4 one on the CPU; on a GPU or a
@@ -111,8 +137,9 @@ class MemoryEstimate:
 # -- estimating ------------------------------------------------------------------------------
 
 
-def activation_bytes(arch: Architecture, tokens: int, precision: str, device: Device) -> int:
-    """Peak activations of one forward pass over ``tokens`` tokens.
+def activation_bytes(arch: Architecture, tokens: int, precision: str, device: Device, context: int | None = None) -> int:
+    """Peak activations of one forward pass over ``tokens`` tokens, the last of ``context``
+    cached ones (default: the pass holds them all).
 
     The peak is inside an MLP: gate and up projections and their product, T x intermediate each
     in the activation dtype (3a bytes per element), plus on the CPU in 16-bit mode the fp32
@@ -124,12 +151,20 @@ def activation_bytes(arch: Architecture, tokens: int, precision: str, device: De
     A GGUF model on the CPU (precision "file", engine.models.gguf_runner) holds more there: gate
     and up come out of one call as one [T, 2 x intermediate] fp32 tensor, next to SiLU(gate), the
     product, and the down projection's int8 copy of its input: 4a + 1 bytes per element, not 3a
-    (at 2k tokens on the default target ~90 MiB more than the 3a model says)."""
+    (at 2k tokens on the default target ~90 MiB more than the 3a model says). Its attention
+    kernel keeps a partial softmax (head_dim + 2 fp32) per row, head and 256-key chunk of the
+    cache before the pass (kernels/attention/attention_avx2.cpp), freed before the MLP runs: the
+    larger of the two is the peak."""
     a = dtype_bytes(precision, device)
     inter = arch.intermediate_size or 4 * arch.hidden_size
     staging = 4 if device == "cpu" and a == 2 else 0
-    mlp = 4 * a + 1 if canonical_precision(precision) == FILE_PRECISION and device == "cpu" else 3 * a
-    per_token = inter * (mlp + staging) + arch.hidden_size * (2 * a + 4)
+    gguf_cpu = canonical_precision(precision) == FILE_PRECISION and device == "cpu"
+    mlp = 4 * a + 1 if gguf_cpu else 3 * a
+    per_row_mlp = inter * (mlp + staging)
+    if gguf_cpu and context is not None and arch.attention_heads:
+        chunks = max(0, context - tokens) // ATTENTION_KEY_CHUNK
+        per_row_mlp = max(per_row_mlp, arch.attention_heads * chunks * (arch.head_dim + 2) * 4)
+    per_token = per_row_mlp + arch.hidden_size * (2 * a + 4)
     # Right after a prefill longer than the window, sliding layers still hold all of its K/V.
     transient_kv = arch.prefill_kv_bytes(tokens, a) - arch.kv_bytes(tokens, a)
     return int(tokens * per_token) + transient_kv
@@ -275,12 +310,14 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
         weights = int4_device_bytes(entry.target_params, target)
     else:
         weights = resident_weight_bytes(entry.target_params, target, precision, device)
-    kv = target.kv_bytes(context, a)
+    whole = entry.drafter_kind in WHOLE_PREFILL_KINDS
+    kv = target.kv_bytes(context, kv_dtype_bytes(precision, device, whole, cpu_kernels))
     drafter_weights = drafter_weights or auto_drafter_budget(precision, device, cpu_kernels)
 
     drafter = 0
     drafter_arch = entry.drafter_arch
-    activations = activation_bytes(target, context, precision, device)
+    pass_rows = context if whole else min(context, PREFILL_CHUNK)
+    activations = activation_bytes(target, pass_rows, precision, device, context)
     vocabularies = [target.vocab_size]
     if entry.drafter_kind == "draft_model":
         quantized = canonical_precision(drafter_weights) in ("int8", "int4")
@@ -293,9 +330,12 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
         else:
             drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights, device)
         if drafter_arch is not None:
-            drafter += drafter_arch.kv_bytes(context, a)
+            # A GGUF drafter left on its own blocks runs on GgufRunner too (fp16 K/V); a
+            # re-quantized one on FusedRunner (the activations' dtype).
+            own_blocks = drafter_variant is not None and not (quantized and entry.drafter_params)
+            drafter += drafter_arch.kv_bytes(context, kv_dtype_bytes(precision, device, cpu_kernels=cpu_kernels) if own_blocks else a)
             # The drafter prefills the prompt after the target has, so the peaks don't add up.
-            activations = max(activations, activation_bytes(drafter_arch, context, precision, device))
+            activations = max(activations, activation_bytes(drafter_arch, pass_rows, precision, device, context))
             vocabularies.append(drafter_arch.vocab_size)
     elif entry.drafter_kind == "assistant":
         drafter = entry.drafter_weight_bytes(precision if precision != FILE_PRECISION else STORED_PRECISION)

@@ -1,8 +1,10 @@
 """What the runners that compute a decoder's layers themselves (engine.drafters.fused_runner's
 FusedRunner, engine.models.gguf_runner's GgufRunner) share: the decoder's geometry read from its
-config, their own fp32 key/value cache (engine.models.kv_buffers), and that cache's bookkeeping
+config, their own key/value cache (engine.models.kv_buffers), and that cache's bookkeeping
 (reset, crop, the model's context window). Each runner adds its layers and forward passes."""
 from __future__ import annotations
+
+import torch
 
 from engine.models.kv_buffers import KVBuffers
 from engine.models.runner import ContextTooLong
@@ -23,9 +25,9 @@ class OwnCacheRunner:
         #: The token at each cached position (engine.models.prefix_reuse reads it).
         self.tokens: list[int] = []
 
-    def _allocate_cache(self, layers: int, head_dim: int, capacity: int) -> None:
+    def _allocate_cache(self, layers: int, head_dim: int, capacity: int, dtype: torch.dtype = torch.float32) -> None:
         self.head_dim = head_dim
-        self.kv = KVBuffers(layers, self.n_kv, head_dim, capacity)
+        self.kv = KVBuffers(layers, self.n_kv, head_dim, capacity, dtype)
 
     def reset(self) -> None:
         self.length = 0

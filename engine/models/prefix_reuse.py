@@ -19,6 +19,12 @@ from collections.abc import Callable, Sequence
 
 log = logging.getLogger(__name__)
 
+#: Key/value memory the idle caches of other conversations may hold together, beyond the one a
+#: chat continues (always kept). The memory fit budgets one conversation (engine.models.memory_fit);
+#: this is what serving several at once may add: at the default target's 8k context, fp16, about
+#: four conversations.
+KEPT_CACHE_BYTES = 1 << 30
+
 
 def common_prefix(cached: Sequence[int | None], prompt: Sequence[int]) -> int:
     n = 0
@@ -56,7 +62,7 @@ class RunnerPool:
     ``max_idle_bytes``: the most key/value memory they hold together (the least recently used
     go first; the one just released is always kept, as the next turn of a chat wants it)."""
 
-    def __init__(self, make: Callable[[], object], max_idle: int = 4, max_idle_bytes: int = 2 << 30) -> None:
+    def __init__(self, make: Callable[[], object], max_idle: int = 4, max_idle_bytes: int = KEPT_CACHE_BYTES) -> None:
         self.make = make
         self.max_idle = max_idle
         self.max_idle_bytes = max_idle_bytes
