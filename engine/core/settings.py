@@ -16,6 +16,12 @@ class InvalidRequest(ValueError):
     """A request the user can fix (an empty prompt, a temperature of nan, ...)."""
 
 
+#: Prompt rows per prefill pass (the target's and a draft model's): a long prompt shows progress
+#: and can be cancelled between chunks, and a chunk's activations stay small (the memory fit
+#: budgets one chunk's, engine.models.memory_fit). The runners' rows are batch-invariant, so the
+#: chunking changes no bit of the cache (engine.models.gguf_runner).
+PREFILL_CHUNK = 256
+
 # torch.Generator.manual_seed takes any 64-bit pattern; negative seeds alias large ones.
 MAX_SEED = 2**64 - 1
 

@@ -20,7 +20,7 @@ import torch
 
 from engine.core.events import Event, Failed, Finished, Stats, Tokens
 from engine.core.sampler import Sampler
-from engine.core.settings import DecodeSettings
+from engine.core.settings import PREFILL_CHUNK, DecodeSettings
 from engine.decode.draft_length import DraftLengthController
 from engine.decode.output import OutputBuilder
 from engine.decode.stats import StatsTracker
@@ -31,10 +31,6 @@ from kernels.verify import verify_greedy, verify_sampled
 
 log = logging.getLogger(__name__)
 
-#: Prompt rows per prefill pass: a long prompt shows progress and can be cancelled between
-#: chunks, and a chunk's activations stay small. The runners' rows are batch-invariant, so the
-#: chunking changes no bit of the cache (engine.models.gguf_runner).
-PREFILL_CHUNK = 256
 
 
 class Cancelled(Exception):

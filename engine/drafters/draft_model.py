@@ -6,6 +6,7 @@ import time
 import torch
 
 from engine.core.sampler import Sampler
+from engine.core.settings import PREFILL_CHUNK
 from engine.drafters.base import Draft
 from engine.drafters.fused_runner import FusedRunner, worth_using
 from engine.drafters.reduced_head import ReducedHead
@@ -70,9 +71,10 @@ class DraftModelDrafter:
                 break
             common += 1
         self._crop(common)
-        if len(body) > common:
-            # Only the cache is wanted here: skip the LM head entirely.
-            self._feed_hidden(body[common:])
+        # Only the cache is wanted here: skip the LM head entirely. In chunks, as the target's
+        # prefill: a pasted file's activations stay one chunk's.
+        for start in range(common, len(body), PREFILL_CHUNK):
+            self._feed_hidden(body[start : start + PREFILL_CHUNK])
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0:
