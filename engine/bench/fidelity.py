@@ -18,7 +18,9 @@ KL there. The reference's log-probabilities are kept (positions x vocabulary, fp
 the default prompts and text) and the reference freed before any candidate loads, so only one
 model is in memory at a time.
 
-Candidates: "file" (the file's own quantization computed natively, engine.gguf), and from the
+Candidates: "file" (the file's own quantization computed natively, engine.gguf, scored as the
+engine runs it: GgufRunner, its K/V cache in fp16, the prompt fed in PREFILL_CHUNK chunks),
+"file-kv32" (the same with an fp32 cache: what the 16-bit cache alone changes), and from the
 converted folder "fast" (bf16), "exact" (fp32 of the bf16 conversion), "int8" and "int4"
 (Tandem's re-quantizations of it).
 """
@@ -38,9 +40,10 @@ from engine.models.runner import ModelRunner
 
 log = logging.getLogger(__name__)
 
-CANDIDATES = ("file", "int8", "int4", "fast", "exact")
+CANDIDATES = ("file", "file-kv32", "int8", "int4", "fast", "exact")
 DESCRIPTIONS = {
-    "file": "the file's own quantization, computed natively from its blocks",
+    "file": "the file's own quantization, computed natively from its blocks, K/V cached in fp16",
+    "file-kv32": "the same, K/V cached in fp32 (what the 16-bit cache changes)",
     "int8": "Tandem's int8 re-quantization of the bf16 conversion",
     "int4": "Tandem's int4 re-quantization of the bf16 conversion",
     "fast": "the bf16 conversion (dequantized values rounded to bf16), computed in bf16",
@@ -73,10 +76,25 @@ def perplexity(log_probs: torch.Tensor, next_ids: list[int] | torch.Tensor) -> f
     return float(negative_log_likelihood(log_probs, next_ids).mean().exp())
 
 
-def scored_log_probs(model, ids: list[int], n: int) -> torch.Tensor:
+def scored_log_probs(model, ids: list[int], n: int, kv_dtype: torch.dtype | None = None) -> torch.Tensor:
     """[n, V] fp32 log-probabilities of the token after each of the last ``n`` positions of
-    ``ids``, from one forward pass of ``ids`` (a fresh cache)."""
-    return torch.log_softmax(ModelRunner(model).forward(list(ids), n_logits=n), dim=-1)
+    ``ids``, on a fresh cache: one forward pass through transformers (``kv_dtype`` None), or
+    as GgufRunner runs a GGUF model with its cache in ``kv_dtype``, in prefill chunks."""
+    if kv_dtype is None:
+        return torch.log_softmax(ModelRunner(model).forward(list(ids), n_logits=n), dim=-1)
+    from engine.core.settings import PREFILL_CHUNK
+    from engine.models.gguf_runner import GgufRunner
+
+    runner, ids = GgufRunner(model, kv_dtype=kv_dtype), list(ids)
+    first_scored = len(ids) - n
+    parts = []
+    for start in range(0, len(ids), PREFILL_CHUNK):
+        chunk = ids[start : start + PREFILL_CHUNK]
+        wanted = min(len(chunk), start + len(chunk) - first_scored)
+        logits = runner.forward(chunk, n_logits=max(1, wanted))
+        if wanted > 0:
+            parts.append(torch.log_softmax(logits, dim=-1))
+    return torch.cat(parts)
 
 
 @dataclass(frozen=True)
@@ -181,11 +199,12 @@ def build_reference(model, tokenizer, prompts: list[dict], new_tokens: int, text
 
 
 @torch.inference_mode()
-def score_candidate(model, reference: Reference) -> dict:
-    """The candidate against the reference: pooled, per category, per prompt, and on the text."""
+def score_candidate(model, reference: Reference, kv_dtype: torch.dtype | None = None) -> dict:
+    """The candidate against the reference: pooled, per category, per prompt, and on the text.
+    ``kv_dtype``: scored on GgufRunner with that cache (scored_log_probs)."""
     rows, agree, kl, by_category = [], [], [], {}
     for seq in reference.sequences:
-        cand = scored_log_probs(model, seq.scored_ids, len(seq.generated))
+        cand = scored_log_probs(model, seq.scored_ids, len(seq.generated), kv_dtype)
         a, k = top1_agreement(seq.log_probs, cand), kl_divergence(seq.log_probs, cand)
         agree.append(a)
         kl.append(k)
@@ -193,7 +212,7 @@ def score_candidate(model, reference: Reference) -> dict:
         by_category[seq.category][0].append(a)
         by_category[seq.category][1].append(k)
         rows.append({"id": seq.id, "category": seq.category, **asdict(Agreement.pooled([a], [k]))})
-    text = scored_log_probs(model, list(reference.text_ids[:-1]), len(reference.text_ids) - 1)
+    text = scored_log_probs(model, list(reference.text_ids[:-1]), len(reference.text_ids) - 1, kv_dtype)
     on_text = Agreement.pooled([top1_agreement(reference.text_log_probs, text)], [kl_divergence(reference.text_log_probs, text)])
     return {
         "prompts": asdict(Agreement.pooled(agree, kl)),
@@ -272,11 +291,19 @@ def run_fidelity(gguf_path: Path, folder: Path | None, candidates: list[str], pr
     for name in candidates:
         progress(f"{name}: {DESCRIPTIONS[name]}")
         start = time.perf_counter()
-        loaded = load_model(gguf_path, "file", "cpu") if name == "file" else load_model(folder, name, "cpu")
+        from_file = name in ("file", "file-kv32")
+        loaded = load_model(gguf_path, "file", "cpu") if from_file else load_model(folder, name, "cpu")
         load_s = time.perf_counter() - start
         start = time.perf_counter()
-        scored = score_candidate(loaded.model, reference)
+        kv_dtype = None
+        if from_file:
+            from engine.models import gguf_runner
+
+            if gguf_runner.worth_using(loaded.model):  # as the engine runs it; else transformers'
+                kv_dtype = torch.float32 if name == "file-kv32" else gguf_runner.KV_DTYPE
+        scored = score_candidate(loaded.model, reference, kv_dtype)
         report["candidates"][name] = {"description": DESCRIPTIONS[name], "weights": loaded.weights,
+                                      "kv_cache": str(kv_dtype).removeprefix("torch.") if kv_dtype else "transformers (fp32)",
                                       "quantization": loaded.quantization, "load_s": load_s,
                                       "score_s": time.perf_counter() - start, **scored}
         del loaded

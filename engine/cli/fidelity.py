@@ -29,8 +29,8 @@ def _candidates(text: str, folder: Path | None) -> list[str]:
     unknown = [n for n in names if n not in CANDIDATES]
     if unknown or not names:
         raise InvalidRequest(f"--candidates: choose among {', '.join(CANDIDATES)}, not {text!r}")
-    if folder is None and names != ["file"]:
-        raise InvalidRequest("--folder (the GGUF file's converted model folder) is needed for candidates other than file")
+    if folder is None and any(n not in ("file", "file-kv32") for n in names):
+        raise InvalidRequest("--folder (the GGUF file's converted model folder) is needed for candidates other than file and file-kv32")
     return names
 
 
@@ -78,8 +78,9 @@ def add_parser(sub) -> None:
     p.add_argument("--gguf", help="the .gguf file (default: the offline Qwen2.5-Coder 1.5B Q4_K_M)")
     p.add_argument("--folder", help="its converted model folder, for the candidates other than file (default: the"
                                     " default target's)")
-    p.add_argument("--candidates", default="file,int8,int4,fast,exact",
-                   help="comma-separated: file (the file's own quantization), int8, int4 (Tandem's), fast (bf16),"
+    p.add_argument("--candidates", default="file,file-kv32,int8,int4,fast,exact",
+                   help="comma-separated: file (the file's own quantization, fp16 K/V cache as the engine runs it),"
+                        " file-kv32 (the same with an fp32 cache), int8, int4 (Tandem's), fast (bf16),"
                         " exact (fp32 of the bf16 conversion)")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens the reference writes per prompt")
     p.add_argument("--prompts", default=str(RESOURCES / "prompts" / "bench.jsonl"))
