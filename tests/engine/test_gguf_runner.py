@@ -50,7 +50,8 @@ def test_logits_are_transformers_through_prefill_and_decoding(loaded):
     vocab = loaded.model.config.vocab_size
     if loaded.model.config.model_type != "qwen3":
         assert loaded.model.config._attn_implementation == "tandem_batch_invariant"
-    reference, runner = ModelRunner(loaded.model), GgufRunner(loaded.model)
+    # Against transformers' fp32 cache, with an fp32 cache (the fp16 one: the next test).
+    reference, runner = ModelRunner(loaded.model), GgufRunner(loaded.model, kv_dtype=torch.float32)
     prompt = _ids(20, 0, vocab)
     assert _same(runner.forward(prompt, 3), reference.forward(prompt, 3), loaded.model)
     token = prompt[-1]
@@ -93,11 +94,28 @@ def test_a_layers_linears_in_one_call_give_the_bits_of_one_call_each(loaded):
         assert torch.equal(grouped.forward(block, rows), separate.forward(block, rows))
 
 
-def test_a_long_prompt_prefills_with_fused_attention_and_stays_close(loaded):
-    """Past PREFILL_ROWS rows both runners take PyTorch's SDPA (plain and speculative decoding
-    prefill a prompt alike); a second long chunk attends to the first through the causal mask."""
+def test_the_fp16_cache_holds_the_rounded_keys_and_values_and_stays_close(loaded):
+    """The default cache is fp16 (KV_DTYPE): what it stores is the fp32 runner's K/V rounded to
+    fp16 (the first layer's, whose inputs are the same), and the logits stay close to it."""
     vocab = loaded.model.config.vocab_size
-    reference, runner = ModelRunner(loaded.model), GgufRunner(loaded.model)
+    half, full = GgufRunner(loaded.model), GgufRunner(loaded.model, kv_dtype=torch.float32)
+    assert half.kv.k.dtype == torch.float16 and full.kv.k.dtype == torch.float32
+    prompt = _ids(40, 6, vocab)
+    ours, theirs = half.forward(prompt, 4), full.forward(prompt, 4)
+    assert torch.equal(half.kv.k[0, :, :40], full.kv.k[0, :, :40].half())
+    assert torch.equal(half.kv.v[0, :, :40], full.kv.v[0, :, :40].half())
+    assert half.kv_bytes * 2 == full.kv_bytes
+    assert not torch.equal(ours, theirs)
+    p, q = theirs.log_softmax(-1), ours.log_softmax(-1)
+    # nats; a tiny random model is touchier than a trained one (tandem fidelity measures that)
+    assert float((p.exp() * (p - q)).sum(-1).max()) < 0.05
+
+
+def test_a_long_prompt_prefills_with_fused_attention_and_stays_close(loaded):
+    """Past PREFILL_ROWS rows transformers' path takes PyTorch's SDPA and GgufRunner its own
+    kernel; a second long chunk attends to the first through the causal mask."""
+    vocab = loaded.model.config.vocab_size
+    reference, runner = ModelRunner(loaded.model), GgufRunner(loaded.model, kv_dtype=torch.float32)
     first, second = _ids(PREFILL_ROWS + 6, 4, vocab), _ids(PREFILL_ROWS + 3, 5, vocab)
     for chunk in (first, second):
         ours, theirs = runner.forward(chunk, 4), reference.forward(chunk, 4)
