@@ -34,6 +34,9 @@ class ReplyMetaSchema(_Strict):
     drafter: str = ""
     precision: str = ""
     finish: str = ""  # eos, max_new_tokens, stop_string, cancelled
+    prompt_tokens: int = 0  # the conversation as the model read it (added later: older files have 0)
+    cached_tokens: int = 0  # of them, kept from the previous reply's cache, not read again
+    ttft_s: float | None = None  # seconds to the first token
 
 
 class MessageSchema(_Strict):

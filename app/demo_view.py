@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.plots import PLAIN_COLOR, SPEC_COLOR, AcceptancePlot, SpeedPlot
+from app.reply_stats import describe
 from app.stream_pane import DRAFT_BACKGROUND, StreamPane
 from engine.core.events import Failed, Finished, Stats, Tokens
 from engine.core.paths import RESOURCES
@@ -304,7 +305,9 @@ class DemoView(QWidget):
             self.last[lane] = stats
             done = " · done" if isinstance(event, Finished) and event.reason != "cancelled" else (
                 " · stopped" if isinstance(event, Finished) else "")
-            self.headers[lane].rate.setText(f"{stats.tok_per_s:.1f} tok/s · {stats.new_tokens} token{'' if stats.new_tokens == 1 else 's'}{done}")
+            reading = stats.new_tokens == 0 and 0 < stats.prompt_done < stats.prompt_tokens
+            self.headers[lane].rate.setText(describe(stats) if reading else
+                                            f"{stats.tok_per_s:.1f} tok/s · {stats.new_tokens} token{'' if stats.new_tokens == 1 else 's'}{done}")
             if stats.seconds > 0:
                 self.speed_plot.add(lane, stats.seconds, stats.tok_per_s)
             self._update_stats()

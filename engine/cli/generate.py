@@ -45,7 +45,7 @@ def run_compare(args) -> int:
     used = session.drafter(args.drafter)
     if session.drafter_note:
         print(f"note: {session.drafter_note}", file=sys.stderr)
-    result = compare(session, args.prompt, settings, args.drafter)
+    result = compare(session, args.prompt, settings, args.drafter, on_event=_prefill_progress())
     p, s = result.plain.stats, result.speculative.stats
     print("=== without speculation ===\n" + result.plain.text)
     print("=== with speculation ===\n" + result.speculative.text)
@@ -53,6 +53,7 @@ def run_compare(args) -> int:
         ("new tokens", p.new_tokens, s.new_tokens),
         ("seconds", f"{p.seconds:.2f}", f"{s.seconds:.2f}"),
         ("tokens/sec", f"{p.tok_per_s:.2f}", f"{s.tok_per_s:.2f}"),
+        ("prompt tokens", p.prompt_tokens, s.prompt_tokens),
         ("time to first token", f"{p.ttft_s:.3f}s", f"{s.ttft_s:.3f}s"),
         ("tokens/sec after first", f"{p.decode_tok_per_s:.2f}", f"{s.decode_tok_per_s:.2f}"),
         ("target passes", p.target_passes + 1, s.target_passes + 1),
@@ -74,6 +75,25 @@ def run_compare(args) -> int:
     else:
         print("outputs: differ (sampling: both are valid draws from the same distribution)")
     return 0
+
+
+def _prefill_progress():
+    """compare's on_event: a long prompt's prefill, chunk by chunk, on one stderr line (ended
+    when the first token comes)."""
+    from engine.core.events import Stats
+
+    shown: set[str] = set()
+
+    def on_event(lane: str, event) -> None:
+        if isinstance(event, Stats) and event.stats.new_tokens == 0 and event.stats.prompt_tokens:
+            st = event.stats
+            print(f"\r{lane}: reading the prompt, {st.prompt_done:,} of {st.prompt_tokens:,} tokens", end="",
+                  file=sys.stderr, flush=True)
+            shown.add(lane)
+        elif lane in shown:
+            shown.discard(lane)
+            print(file=sys.stderr, flush=True)
+    return on_event
 
 
 def add_parsers(sub) -> None:
