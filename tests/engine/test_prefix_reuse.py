@@ -158,6 +158,46 @@ def test_a_cancelled_prefill_stops_between_chunks_and_keeps_what_it_computed(ses
     assert again.token_ids == _fresh(session, ids, DecodeSettings(max_new_tokens=8), "off").token_ids
 
 
+def _draft_model(session):
+    drafter = session.drafter("model")
+    return getattr(drafter, "model", drafter)  # inside prompt lookup's wrapper, where there is one
+
+
+def test_a_long_prompt_is_drafted_from_its_last_window(session, monkeypatch):
+    """Past DRAFT_WINDOW new tokens the drafter reads only the last DRAFT_WINDOW of them: its
+    cache then holds what a fresh drafter fed just those tokens holds, bit for bit, and the
+    reply is still the target's own (lossless)."""
+    from engine.drafters import draft_model
+
+    W = 60  # more than a short follow-up turn adds, under half the pasted file's prompt
+    monkeypatch.setattr(draft_model, "DRAFT_WINDOW", W)
+    drafter = _draft_model(session)
+    settings = DecodeSettings(max_new_tokens=12, draft_length=3)
+    ids = session.encode(_messages(FILE + "\nExplain this."))
+    assert len(ids) > 2 * W
+    session.forget_prefixes()
+    drafter.prepare(ids)
+    window = ids[len(ids) - 1 - W : -1]
+    assert drafter._origin == len(ids) - 1 - W and drafter.runner.tokens == window
+    kept = drafter.runner.kv.k[:, :, :W].clone()
+    drafter.forget()
+    drafter.prepare(window + [ids[-1]])  # a prompt of only those tokens
+    assert drafter._origin == 0 and torch.equal(drafter.runner.kv.k[:, :, :W], kept)
+    # Speculating with the window gives the plain reply.
+    speculated = _fresh(session, ids, settings, "model")
+    origin = drafter._origin
+    assert origin == len(ids) - W and speculated.stats.drafted > 0  # it read prompt + first token
+    # The next turn keeps the window's cache and reads only its new tokens.
+    more = session.encode(_messages(FILE + "\nExplain this.", speculated.text, "Shorter."))
+    drafter.prepare(more)
+    assert drafter._origin == origin and drafter.runner.tokens == more[origin:-1]
+    # An edit before the window's start: it starts again from the new prompt's last window.
+    edited = session.encode(_messages(FILE.replace("area", "size") + "\nExplain this."))
+    drafter.prepare(edited)
+    assert drafter._origin == len(edited) - 1 - W and drafter.runner.tokens == edited[-1 - W : -1]
+    assert speculated.token_ids == _fresh(session, ids, settings, "off").token_ids
+
+
 class _FakeRunner:
     """What the pool reads of a runner: its tokens, length, crop and memory."""
 
