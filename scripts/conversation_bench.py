@@ -143,8 +143,15 @@ def main(argv=None) -> int:
     doc = json.loads(args.conversation.read_text())
     gguf_dir = cache_dir() / "gguf"
     target, drafter = gguf_dir / default_pair.TARGET.filename, gguf_dir / default_pair.DRAFTER.filename
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), OMP_WAIT_POLICY="PASSIVE")
+    from engine.bench.llamacpp import PEER_ENV
+
+    # Both at the same thread count; llama.cpp's OpenMP threads wait passively, its best setting
+    # on a shared machine (engine.bench.llamacpp.PEER_ENV), torch's at their default.
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    env.pop("OMP_WAIT_POLICY", None)
+    peer_env = dict(env, **PEER_ENV)
     record = {"what": "a 4-turn coding conversation through the OpenAI API, one server at a time",
+              "tandem_env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"]}, "llamacpp_env": {"OMP_NUM_THREADS": env["OMP_NUM_THREADS"], **PEER_ENV},
               "conversation": doc["id"], "threads": args.threads, "max_tokens": args.max_tokens,
               "load_average_before": list(os.getloadavg()), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "runs": {}}
@@ -163,11 +170,12 @@ def main(argv=None) -> int:
             command = [str(server), "-m", str(target), "-t", str(args.threads), "-c", "8192", "--port", str(port),
                        "--host", "127.0.0.1", "-np", "1"]
             if n:
-                command += ["-md", str(drafter), "-td", str(args.threads), "--draft-max", str(n)]
+                command += ["-md", str(drafter), "-td", str(args.threads), "--spec-type", "draft-simple",
+                            "--spec-draft-n-max", str(n)]
             if args.no_repack:
                 command += ["--no-repack"]
             label = "llama-server " + (f"(draft {n})" if n else "(plain)")
-            record["runs"][label] = run_server(command, f"http://127.0.0.1:{port}", env, Path(f"/tmp/conversation-bench-llama-{n}.log"),
+            record["runs"][label] = run_server(command, f"http://127.0.0.1:{port}", peer_env, Path(f"/tmp/conversation-bench-llama-{n}.log"),
                                                doc, args.max_tokens, None, label)
     record["load_average_after"] = list(os.getloadavg())
     args.json.write_text(json.dumps(record, indent=1))
