@@ -12,10 +12,15 @@ steps it saves. So each step picks one source from what this request has shown s
 - lookup drafts when its expected tokens per target pass beat the model's once the model's
   drafter steps are paid for.
 
+The draft model reads the prompt only when it first drafts: where lookup drafts a whole request
+(an edit that copies the pasted file), the model's prefill of that file is never paid.
+
 Which source proposed a token does not matter for losslessness: lookup drafts are
 deterministic (q is one-hot, which the verifier handles) and every token is verified.
 """
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -70,6 +75,7 @@ class LookupFirstDrafter:
         self.decay = decay
         self.prior = prior
         self.lookup_prior = lookup_prior
+        self._model_prepared = True  # until a prepare(): the model catches up in propose
         self.reset()
 
     # -- the Drafter interface ------------------------------------------------------------
@@ -83,7 +89,8 @@ class LookupFirstDrafter:
         self._pending: tuple[int, list[int], tuple[int, ...], bool] | None = None
 
     def prepare(self, prompt: list[int]) -> None:
-        self.model.prepare(prompt)
+        # Deferred to the model's first draft of this request (lookup may draft all of it).
+        self._model_prepared = False
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         self._score_previous(context)
@@ -97,14 +104,21 @@ class LookupFirstDrafter:
             self.lookup_steps += 1
             self._pending = (len(context), guess, tuple(guess), True)
             return Draft(tuple(guess))
+        prepare_s = 0.0
+        if not self._model_prepared:
+            start = time.perf_counter()
+            self.model.prepare(context)
+            self._model_prepared = True
+            prepare_s = time.perf_counter() - start  # a one-off, as a catch-up is
         draft = self.model.propose(context, k, sampler)
-        self.catch_up_s = self.model.catch_up_s
+        self.catch_up_s = self.model.catch_up_s + prepare_s
         self.model_steps += 1
         self._pending = (len(context), guess, draft.tokens, False)
         return draft
 
     def observe(self, valid_length: int) -> None:
-        self.model.observe(valid_length)
+        if self._model_prepared:  # else its next prepare() reads the context anyway
+            self.model.observe(valid_length)
 
     # -- choosing a source ------------------------------------------------------------------
     def _lookup_pays(self) -> bool:

@@ -94,3 +94,26 @@ def test_session_drafts_with_lookup_first_unless_asked_not_to(tiny_pair):
     assert on.drafter("model").name == "d + prompt lookup"
     off = Session(loaded(target, "t"), loaded(drafter_model, "d"), DrafterOptions(head="full", lookup=False))
     assert isinstance(off.drafter("model"), DraftModelDrafter)
+
+
+def test_the_model_reads_the_prompt_only_when_it_first_drafts(tiny_pair):
+    """Where lookup drafts, the draft model's prefill is not paid; its first draft reads the
+    whole context then, and drafts what a drafter prepared up front drafts."""
+    _, _, drafter_model = tiny_pair
+    model = DraftModelDrafter(drafter_model)
+    drafter = LookupFirstDrafter(model, lookup_prior=10.0)  # lookup trusted from the start
+    passage = torch.randperm(200, generator=torch.Generator().manual_seed(2)).add(100).tolist()
+    context = passage + passage[:6]
+    model.forget()
+    drafter.prepare(context)
+    draft = drafter.propose(context, 4, _greedy())
+    assert list(draft.tokens) == passage[6:10] and drafter.lookup_steps == 1
+    drafter.observe(len(context) + 4)
+    assert model.runner.length == 0, "lookup drafted: the model has read nothing yet"
+    fresh = list(range(300, 340))  # nothing recurs: the model drafts, reading the context first
+    context = context + passage[6:11] + fresh
+    ours = drafter.propose(context, 3, _greedy())
+    assert drafter.model_steps == 1 and model.runner.length >= len(context) - 1
+    other = DraftModelDrafter(drafter_model)
+    other.prepare(context)
+    assert ours.tokens == other.propose(context, 3, _greedy()).tokens
