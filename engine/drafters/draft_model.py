@@ -11,6 +11,7 @@ from engine.drafters.base import Draft
 from engine.drafters.fused_runner import FusedRunner, worth_using
 from engine.drafters.reduced_head import ReducedHead
 from engine.models import gguf_runner
+from engine.models.prefix_reuse import common_prefix
 from engine.models.runner import ModelRunner
 
 
@@ -81,11 +82,7 @@ class DraftModelDrafter:
         body = prompt[:-1]
         if body[: self._origin] != self._skipped:
             self._restart(0, [])
-        common = 0
-        for a, b in zip(self._cached, body[self._origin :]):
-            if a != b:
-                break
-            common += 1
+        common = common_prefix(self._cached, body[self._origin :])
         if len(body) - self._origin - common > DRAFT_WINDOW:
             origin = len(body) - DRAFT_WINDOW
             self._restart(origin, body[:origin])

@@ -26,6 +26,7 @@ import torch
 
 from engine.core.sampler import Sampler
 from engine.drafters.base import Draft
+from engine.models.prefix_reuse import common_prefix
 
 
 def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -> tuple[int, list[int]]:
@@ -42,14 +43,6 @@ def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -
             return n, context[start : start + k]
     return 0, []
 
-
-def _common_prefix(a: list[int] | tuple[int, ...], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 class LookupFirstDrafter:
@@ -136,7 +129,7 @@ class LookupFirstDrafter:
             return  # a different request (reset was skipped); nothing to learn
         d = self.decay
         if guess:
-            self.lookup_score = d * self.lookup_score + (1 - d) * _common_prefix(guess, produced)
+            self.lookup_score = d * self.lookup_score + (1 - d) * common_prefix(guess, produced)
         if drafted and not from_lookup:
             # produced = accepted drafts + the target's token, so the common prefix is exact.
-            self.model_score = d * self.model_score + (1 - d) * _common_prefix(drafted, produced)
+            self.model_score = d * self.model_score + (1 - d) * common_prefix(drafted, produced)

@@ -27,6 +27,7 @@ KEPT_CACHE_BYTES = 1 << 30
 
 
 def common_prefix(cached: Sequence[int | None], prompt: Sequence[int]) -> int:
+    """How many first tokens the two sequences share."""
     n = 0
     for a, b in zip(cached, prompt):
         if a != b:
