@@ -198,6 +198,9 @@ class Session:
         try:
             for event in run(runner):
                 if isinstance(event, (Finished, Failed)):
+                    if isinstance(event, Failed):
+                        # A pass may have stopped half-way through the layers: keep no cache of it.
+                        runner.reset()
                     # Released before the last event is handed on: a consumer that stops there
                     # (drain) must not leave the cache leased until the generator is collected.
                     self.target_caches.release(runner)

@@ -116,6 +116,29 @@ def test_a_changed_earlier_part_keeps_only_what_comes_before_it(session, change)
     assert reused.token_ids == _fresh(session, edited, settings, "model").token_ids
 
 
+def test_a_request_that_fails_keeps_no_cache(session, small_chunks, monkeypatch):
+    """A failure may stop a pass half-way through the layers: the next request starts afresh."""
+    from engine.core.events import Failed
+
+    ids = session.encode(_messages(FILE + "\nExplain this."))
+    session.forget_prefixes()
+    real, calls = GgufRunner.forward_hidden, []
+
+    def failing(self, token_ids, n_last=1):
+        calls.append(len(token_ids))
+        if len(calls) == 3:  # the third prefill chunk
+            raise RuntimeError("the disk holding the weights went away")
+        return real(self, token_ids, n_last)
+
+    monkeypatch.setattr(GgufRunner, "forward_hidden", failing)
+    events = list(session.plain(ids, DecodeSettings(max_new_tokens=8)))
+    assert isinstance(events[-1], Failed) and "went away" in events[-1].error
+    monkeypatch.setattr(GgufRunner, "forward_hidden", real)
+    again = _run(session, ids, DecodeSettings(max_new_tokens=8), "off")
+    assert again.stats.cached_tokens == 0
+    assert again.token_ids == _fresh(session, ids, DecodeSettings(max_new_tokens=8), "off").token_ids
+
+
 def test_the_kept_cache_records_what_verification_kept(session):
     """After speculation (drafts rejected and cropped) the cached tokens are the reply's."""
     ids = session.encode(_messages("Write a loop that prints 1 to 10."))
