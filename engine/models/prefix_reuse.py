@@ -107,6 +107,6 @@ class RunnerPool:
         return len(self._idle)
 
     def kept_tokens(self) -> list[int]:
-        """The cached length of each idle runner, least recently used first (for status)."""
+        """The cached length of each idle runner, least recently used first."""
         with self._lock:
             return [r.length for r in self._idle]

@@ -185,6 +185,18 @@ def write_gguf(model, tokenizer, path: Path, qtype: str = "Q8_0", types: dict[st
     return path
 
 
+def write_gguf_pair(folder: Path, layers: int = 2) -> tuple[Path, Path]:
+    """A Q4_0 target and a Q8_0 drafter (the target's weights, perturbed: it agrees with the
+    target often, not always) in ``folder``."""
+    from engine.testing.tiny_models import build_tokenizer, perturbed_copy
+
+    tokenizer = build_tokenizer()
+    target = build_model("qwen2", len(tokenizer), layers=layers)
+    drafter = perturbed_copy(target, 0.005, seed=7)
+    return (write_gguf(target, tokenizer, Path(folder) / "target-q4_0.gguf", "Q4_0"),
+            write_gguf(drafter, tokenizer, Path(folder) / "drafter-q8_0.gguf", "Q8_0"))
+
+
 def dequantized_copy(model, path: Path):
     """An fp32 copy of ``model`` holding exactly the weights the GGUF file at ``path`` stands
     for (each tensor quantized as written there, then dequantized by gguf-py)."""

@@ -11,8 +11,8 @@ from engine.core.settings import DecodeSettings, DrafterOptions
 from engine.drafters import DrafterMismatch, gguf_head
 from engine.session.compare import compare
 from engine.session.session import Session
-from engine.testing.tiny_gguf import build_model, write_gguf
-from engine.testing.tiny_models import build_tokenizer, perturbed_copy
+from engine.testing.tiny_gguf import build_model, write_gguf, write_gguf_pair
+from engine.testing.tiny_models import build_tokenizer
 
 PROMPTS = ["def add(a, b):", "The quick brown fox", "for i in range(10):\n"]
 
@@ -25,12 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """A 4-layer Q4_0 target and a Q8_0 drafter (the target's weights, perturbed)."""
-    folder = tmp_path_factory.mktemp("pair")
-    tokenizer = build_tokenizer()
-    target = build_model("qwen2", len(tokenizer), layers=4)
-    drafter = perturbed_copy(target, 0.005, seed=7)
-    return (write_gguf(target, tokenizer, folder / "target-q4_0.gguf", "Q4_0"),
-            write_gguf(drafter, tokenizer, folder / "drafter-q8_0.gguf", "Q8_0"))
+    return write_gguf_pair(tmp_path_factory.mktemp("pair"), layers=4)
 
 
 @pytest.mark.parametrize("drafter_precision", ["auto", "fp32"])

@@ -14,8 +14,7 @@ from engine.models.gguf_runner import GgufRunner
 from engine.models.prefix_reuse import RunnerPool, common_prefix, keep_common_prefix
 from engine.session.compare import drain
 from engine.session.session import Session
-from engine.testing.tiny_gguf import build_model, write_gguf
-from engine.testing.tiny_models import build_tokenizer, perturbed_copy
+from engine.testing.tiny_gguf import write_gguf_pair
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -25,12 +24,7 @@ FILE = "def area(w, h):\n    return w * h\n\nclass Box:\n    def __init__(self, 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("reuse")
-    tokenizer = build_tokenizer()
-    target = build_model("qwen2", len(tokenizer), layers=3)
-    drafter = perturbed_copy(target, 0.005, seed=7)
-    return (write_gguf(target, tokenizer, folder / "target-q4_0.gguf", "Q4_0"),
-            write_gguf(drafter, tokenizer, folder / "drafter-q8_0.gguf", "Q8_0"))
+    return write_gguf_pair(tmp_path_factory.mktemp("reuse"), layers=3)
 
 
 @pytest.fixture
