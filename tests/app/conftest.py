@@ -58,3 +58,26 @@ def make_window(qtbot, app_settings, tiny_dirs):
     yield make
     for window in made:
         window.close()
+
+
+@pytest.fixture()
+def real_pair_window(qtbot, app_settings):
+    """The main window with the real default pair loaded, its local-model scan done and idle
+    (the slow tests' starting point); closed afterwards."""
+    from engine.models import default_pair
+
+    if default_pair.installed_paths() is None:
+        pytest.fail("the default pair is not installed: run the set-up (make setup) first")
+    from app.window import MainWindow
+
+    window = MainWindow(app_settings, autoload=True)
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        qtbot.waitUntil(lambda: window.loaded is not None, timeout=600_000)
+        # The local-model scan follows the first load (once); what a test measures comes after.
+        qtbot.waitUntil(lambda: window.models.local_listed, timeout=60_000)
+        wait_idle(qtbot, window, timeout=600_000)
+        yield window
+    finally:
+        window.close()

@@ -8,22 +8,13 @@ import pytest
 from PySide6.QtCore import QTimer
 
 from engine.core.paths import RESOURCES
-from tests.app.conftest import wait_idle
 
 pytestmark = pytest.mark.slow
 
 
-def test_a_growing_chat_reads_only_what_each_turn_adds(qtbot, app_settings, capsys, tmp_path):
-    from engine.models import default_pair
-
-    if default_pair.installed_paths() is None:
-        pytest.fail("the default pair is not installed: run the set-up (make setup) first")
-    from app.window import MainWindow
-
+def test_a_growing_chat_reads_only_what_each_turn_adds(qtbot, real_pair_window, capsys, tmp_path):
+    window = real_pair_window
     turns = json.loads((RESOURCES / "prompts" / "conversation.json").read_text())["turns"][:3]
-    window = MainWindow(app_settings, autoload=True)
-    qtbot.addWidget(window)
-    window.show()
     progress: list[str] = []
 
     def watch() -> None:
@@ -35,35 +26,30 @@ def test_a_growing_chat_reads_only_what_each_turn_adds(qtbot, app_settings, caps
 
     timer = QTimer()
     timer.timeout.connect(watch)
+    chat = window.chat
+    window.tabs.setCurrentWidget(chat)
+    chat.panel.max_new_tokens.setValue(32)
+    window.stalls.reset()
+    timer.start(5)
     try:
-        qtbot.waitUntil(lambda: window.loaded is not None, timeout=600_000)
-        qtbot.waitUntil(lambda: window.models.local_listed, timeout=60_000)
-        wait_idle(qtbot, window, timeout=600_000)
-        chat = window.chat
-        window.tabs.setCurrentWidget(chat)
-        chat.panel.max_new_tokens.setValue(32)
-        window.stalls.reset()
-        timer.start(5)
         for turn in turns:
             chat.input.setPlainText(turn)
             chat.send_button.click()
             qtbot.waitUntil(lambda: not chat.running, timeout=900_000)
-        timer.stop()
-        worst = window.stalls.worst_ms
-        metas = [m["meta"] for m in chat.current.messages if m["role"] == "assistant"]
-        assert len(metas) == 3 and all(m["new_tokens"] > 0 for m in metas)
-        first, second, third = metas
-        assert first["prompt_tokens"] > 512 and first["cached_tokens"] < first["prompt_tokens"] // 4
-        # Each turn's prompt starts with the last one's: all of it is kept.
-        assert second["cached_tokens"] >= first["prompt_tokens"]
-        assert third["cached_tokens"] >= second["prompt_tokens"]
-        assert progress and all("of" in p and "tokens" in p for p in progress)
-        with capsys.disabled():
-            print("\n[real pair growing chat] " + "; ".join(
-                f"turn {i + 1}: prompt {m['prompt_tokens']} ({m['cached_tokens']} kept), first token {m['ttft_s']:.2f} s,"
-                f" {m['new_tokens']} tokens at {m['tok_per_s']:.1f} tok/s" for i, m in enumerate(metas))
-                + f"; progress shown {len(progress)} times; worst GUI stall {worst:.0f} ms; screenshot {tmp_path}")
-        assert worst < 1000  # the goal is < 50 ms; this guards against a freeze on a noisy machine
     finally:
         timer.stop()
-        window.close()
+    worst = window.stalls.worst_ms
+    metas = [m["meta"] for m in chat.current.messages if m["role"] == "assistant"]
+    assert len(metas) == 3 and all(m["new_tokens"] > 0 for m in metas)
+    first, second, third = metas
+    assert first["prompt_tokens"] > 512 and first["cached_tokens"] < first["prompt_tokens"] // 4
+    # Each turn's prompt starts with the last one's: all of it is kept.
+    assert second["cached_tokens"] >= first["prompt_tokens"]
+    assert third["cached_tokens"] >= second["prompt_tokens"]
+    assert progress and all("of" in p and "tokens" in p for p in progress)
+    with capsys.disabled():
+        print("\n[real pair growing chat] " + "; ".join(
+            f"turn {i + 1}: prompt {m['prompt_tokens']} ({m['cached_tokens']} kept), first token {m['ttft_s']:.2f} s,"
+            f" {m['new_tokens']} tokens at {m['tok_per_s']:.1f} tok/s" for i, m in enumerate(metas))
+            + f"; progress shown {len(progress)} times; worst GUI stall {worst:.0f} ms; screenshot {tmp_path}")
+    assert worst < 1000  # the goal is < 50 ms; this guards against a freeze on a noisy machine
