@@ -7,13 +7,24 @@ once and kept, and an update costs one paragraph or code block, not the reply or
 
 Links drive the turn actions: ``copy:<message>:<block>`` (a code block's Copy), ``edit:<message>``
 (edit an earlier question), ``stats:<message>`` (a reply's speed line; its tooltip says more).
+No link is ever followed (``setOpenLinks(False)``): a click on any other address does nothing.
+
+The transcript fetches nothing: its document's ``loadResource`` (and the widget's) answers every
+request (image, style sheet, page; file, qrc or network address) without reading it. What it shows
+comes from a model or a saved file, and Qt would otherwise read whatever path an image names while
+laying the document out: /dev/zero until memory runs out, a FIFO forever, or a private file into
+view. The renderer already writes images as text (app/markdown_view.py); this is the second wall,
+for any way left to name one. Two Qt fallbacks shape it: when the widget answers nothing, a plain
+QTextDocument reads a local or qrc address itself, so the answer is the document's; and when the
+document has no image, Qt's image handler loads the file by name, so an image request gets a blank
+1x1 placeholder (drawn as nothing), not nothing.
 """
 from __future__ import annotations
 
 import html
 
 from PySide6.QtCore import QEvent, QPoint, QRect, Signal
-from PySide6.QtGui import QColor, QTextCursor, QTextFrameFormat
+from PySide6.QtGui import QColor, QImage, QTextCursor, QTextDocument, QTextFrameFormat
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
 from app.markdown_view import code_blocks, finished_blocks, normalized, render_markdown
@@ -36,6 +47,23 @@ def footer_html(index: int, note: str) -> str:
             f"{html.escape(note)}</a></p>")
 
 
+def no_resource(kind) -> QImage | None:
+    """What the transcript answers for any resource: nothing, or for an image a blank 1x1 one
+    (see the module docstring)."""
+    if kind != QTextDocument.ResourceType.ImageResource:
+        return None
+    blank = QImage(1, 1, QImage.Format.Format_ARGB32)
+    blank.fill(0)
+    return blank
+
+
+class InertDocument(QTextDocument):
+    """A document that reads no resource: see the module docstring."""
+
+    def loadResource(self, kind, url):  # noqa: N802 (Qt's name)
+        return no_resource(kind)
+
+
 class Transcript(QTextBrowser):
     """Each turn is a QTextFrame with a background (a bubble). Frames, not HTML tables: Qt lays a
     table out again whole at every edit inside it (~30 ms for a long reply, ~300 ms to lay out a
@@ -46,6 +74,7 @@ class Transcript(QTextBrowser):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
+        self.setDocument(InertDocument(self))
         self.setOpenLinks(False)
         self.anchorClicked.connect(self._clicked)
         self._bubble = None  # the streaming reply's QTextFrame
@@ -55,6 +84,10 @@ class Transcript(QTextBrowser):
         self._frozen_text = ""
         self._tail_pos = 0  # where the unfinished last block's rendering starts
         self.tooltips: dict[int, str] = {}
+
+    def loadResource(self, kind, url):  # noqa: N802 (Qt's name)
+        """No resource is read (the document answers itself first; this is for any other caller)."""
+        return no_resource(kind)
 
     def render_turns(self, messages: list[dict], streaming: str | None = None, tooltips: dict[int, str] | None = None) -> None:
         """Render the finished turns, and the streaming reply after them when there is one."""

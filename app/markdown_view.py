@@ -5,6 +5,12 @@ markup that could hide or restyle the transcript); Pygments colours fenced code 
 (Qt's HTML has no style sheets for classes). Each fenced block gets a header with its language and
 a ``copy:<message>:<block>`` link: the view copies ``code_blocks(text)[block]`` when clicked.
 
+An image is written as text, ``[image: alt] address``, never as ``<img>``: Qt would fetch its
+address while laying the reply out, and a reply (or a saved chat) may name any path, a device
+that never ends (/dev/zero) or a FIFO that never opens as well as a private picture. The
+transcript also refuses every resource (app/chat_transcript.py), so a new way to name one fails
+closed.
+
 Replies are not always well-formed Markdown: a model often writes code without a fence. CommonMark
 strips the leading spaces of a paragraph's continuation lines, so such code would lose its indents;
 those spaces become no-break spaces first (and line breaks stay line breaks), so what the model
@@ -125,7 +131,15 @@ def _table_open(self, tokens, idx, options, env) -> str:
     return f"<table border='1' cellspacing='0' cellpadding='4' style='border-collapse:collapse; border-color:{CODE_BORDER}'>"
 
 
+def _image(self, tokens, idx, options, env) -> str:
+    token = tokens[idx]
+    alt = html.escape(self.renderInlineAsText(token.children or [], options, env))
+    label = f"[image: {alt}]" if alt else "[image]"
+    return f"<span style='color:#57606a'>{label}</span> {html.escape(str(token.attrGet('src') or ''))}"
+
+
 _MD.add_render_rule("fence", _fence)
+_MD.add_render_rule("image", _image)
 _MD.add_render_rule("code_block", _fence)
 _MD.add_render_rule("code_inline", _code_inline)
 _MD.add_render_rule("table_open", _table_open)
