@@ -122,7 +122,7 @@ class ConversationActions:
         return conversation_io.export([c for c in chosen if c is not None], path)
 
     def import_file(self, path: Path) -> list[Conversation]:
-        imported = conversation_io.from_json(Path(path).read_text(encoding="utf-8"), {c.id for c in self.conversations})
+        imported = conversation_io.read_import(Path(path), {c.id for c in self.conversations})
         for c in imported:
             self.store.save(c)
         self.conversations[:0] = imported

@@ -3,7 +3,8 @@
 The JSON export is ``{"format": FORMAT, "version": 1, "conversations": [...]}`` with each
 conversation exactly as its file in the store holds it (app/conversation_schema.py), so an import
 validates each one with the same schema the store uses. Importing never overwrites a chat: an id
-already taken gets a fresh one.
+already taken gets a fresh one. An import is parsed with the store's bounds on depth
+(app/json_files.py); its file may be bigger than one conversation's, up to ``MAX_IMPORT_BYTES``.
 """
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ import json
 import uuid
 from pathlib import Path
 
+from app import json_files
 from app.conversation_schema import SchemaError, validate
 from app.conversations import Conversation, is_valid_id
 
 FORMAT = "tandem-conversations"
 VERSION = 1
+#: An export of every chat: many conversations, each at most json_files.MAX_BYTES.
+MAX_IMPORT_BYTES = 512 * 2**20
 _FIELDS = ("title", "created", "updated", "messages", "system_prompt")
 
 
@@ -44,7 +48,7 @@ def to_json(conversations: list[Conversation]) -> str:
 def from_json(text: str, taken_ids: set[str] | frozenset[str] = frozenset()) -> list[Conversation]:
     """Conversations from a JSON export (or a single conversation file). Raises ValueError naming
     the first bad conversation; nothing is imported then."""
-    raw = json.loads(text)
+    raw = json_files.loads(text)
     if isinstance(raw, dict) and raw.get("format") == FORMAT:
         if raw.get("version") != VERSION:
             raise ValueError(f"this export is version {raw.get('version')!r}; this Tandem reads version {VERSION}")
@@ -66,6 +70,11 @@ def from_json(text: str, taken_ids: set[str] | frozenset[str] = frozenset()) -> 
         extra = {k: v for k, v in item.items() if k not in _FIELDS and k != "id"}
         out.append(Conversation(id=conversation_id, **known, extra=extra))
     return out
+
+
+def read_import(path: Path, taken_ids: set[str] | frozenset[str] = frozenset()) -> list[Conversation]:
+    """``from_json`` of the file ``path``: a regular file up to MAX_IMPORT_BYTES (ValueError else)."""
+    return from_json(json_files.read_text(Path(path), MAX_IMPORT_BYTES), taken_ids)
 
 
 def export(conversations: list[Conversation], path: Path) -> Path:

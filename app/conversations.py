@@ -7,7 +7,8 @@ Nothing on disk can cost the user their chats:
 - A conversation's id is its file name, checked against a fixed safe pattern; an id inside a file
   never becomes a path, and every path the store touches must resolve inside its directory.
 - Every file is validated in full on load (app/conversation_schema.py). One that fails is set aside
-  under a unique *.unreadable name, never deleted, with the reason in the log; the rest load.
+  under a unique *.unreadable name, never deleted, with the reason in the log; the rest load. So is
+  one nested too deep or too big to parse safely (app/json_files.py).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from app import json_files
 from app.conversation_schema import SchemaError, validate
 
 log = logging.getLogger(__name__)
@@ -121,7 +123,7 @@ class ConversationStore:
                 out.append(self._load(path))
             except FileNotFoundError:
                 continue  # another instance deleted it meanwhile
-            except (OSError, ValueError) as exc:  # SchemaError, json and UTF-8 errors are ValueErrors
+            except (OSError, ValueError) as exc:  # SchemaError, JSONFileError, json and UTF-8 errors are ValueErrors
                 set_aside.append(self._set_aside(path, str(exc)))
         self.set_aside = tuple(set_aside)
         return sorted(out, key=lambda c: c.updated, reverse=True)
@@ -164,7 +166,7 @@ class ConversationStore:
         conversation_id = path.stem
         if not is_valid_id(conversation_id):
             raise SchemaError(f"the file name is not a conversation id (letters, digits, '-', '_'): {path.name!r}")
-        raw = validate(json.loads(path.read_text(encoding="utf-8")))
+        raw = validate(json_files.load(path))
         claimed = raw.get("id", conversation_id)
         if claimed != conversation_id:
             log.warning("conversation %s says its id is %r: ignored, the file name is the id", path.name, claimed)
