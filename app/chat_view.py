@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app import json_files
 from app.app_settings import AppSettings, Key
 from app.chat_library import ConversationActions
 from app.chat_settings import CUSTOM, ChatSettingsPanel
@@ -152,7 +153,7 @@ class ChatView(ConversationActions, QWidget):
         self.panel.ctrl_enter.setChecked(self.settings.get(Key.CHAT_CTRL_ENTER, "false") in (True, "true"))
         self.panel.set_expanded(self.settings.get(Key.CHAT_PANEL_OPEN, "false") in (True, "true"))
         try:
-            saved = Preset.from_json(json.loads(self.settings.get(Key.CHAT_SETTINGS, "") or "null"))
+            saved = Preset.from_json(json_files.loads(self.settings.get(Key.CHAT_SETTINGS, "") or "null"))
         except ValueError:
             return
         if self.panel.find(saved.name) is None:

@@ -3,7 +3,8 @@
 The files live in ``data_dir()/presets`` so a person can copy, edit or share them. The ones that
 ship in resources/presets are copied there the first time the folder is made (and only then: a
 preset the person deleted stays deleted). A file that is not a valid preset is skipped with a
-notice for the window; it is never a crash and never rewritten.
+notice for the window; it is never a crash and never rewritten. That includes a file nested too
+deep or too big to parse safely, and anything that is not a regular file (app/json_files.py).
 
 Temperature 0 means greedy decoding (as in LM Studio and llama.cpp); above it the reply is sampled
 with top-p / top-k and the seed, so a fixed seed repeats a reply.
@@ -20,11 +21,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app import json_files
 from engine.core.paths import RESOURCES
 from engine.core.settings import MAX_DRAFT_LENGTH, DecodeSettings
 
 log = logging.getLogger(__name__)
 BUNDLED = RESOURCES / "presets"
+#: A preset is a few settings and a system prompt: a file past this is not one.
+MAX_PRESET_BYTES = 1 * 2**20
 #: "model": the loaded model's own drafter (a draft model or its MTP layers); "lookup": prompt
 #: lookup; "off": plain decoding.
 PRESET_DRAFTERS = ("model", "lookup", "off")
@@ -120,8 +124,8 @@ class PresetStore:
         skipped = []
         for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else ():
             try:
-                preset = Preset.from_json(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError) as exc:  # json and UTF-8 errors are ValueErrors too
+                preset = Preset.from_json(json_files.load(path, MAX_PRESET_BYTES))
+            except (OSError, ValueError) as exc:  # JSONFileError, json and UTF-8 errors are ValueErrors too
                 log.warning("skipped preset file %s: %s", path.name, exc)
                 skipped.append(SkippedPreset(path, str(exc)))
                 continue
@@ -152,7 +156,7 @@ class PresetStore:
     @staticmethod
     def _name_in(path: Path) -> str | None:
         try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
+            raw = json_files.load(path, MAX_PRESET_BYTES)
         except (OSError, ValueError):
             return None
         return raw.get("name") if isinstance(raw, dict) else None
