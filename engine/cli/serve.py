@@ -16,7 +16,8 @@ def run_serve(args) -> int:
 
     config = ServerConfig(
         host=args.host, port=args.port, api_key=args.api_key or os.environ.get("TANDEM_API_KEY") or None,
-        allow_remote=args.allow_remote, cors_origins=tuple(args.cors_origin or ()), queue_size=args.queue_size,
+        allow_remote=args.allow_remote, cors_origins=tuple(args.cors_origin or ()),
+        allowed_hosts=tuple(args.allowed_host or ()), queue_size=args.queue_size,
         log_prompts=args.log_prompts, model_id=args.model_id, default_drafter=args.drafter,
         default_max_tokens=args.max_new_tokens,
     )
@@ -73,6 +74,9 @@ def add_parser(sub) -> None:
                    help="allow a non-loopback --host (needs --api-key as well)")
     p.add_argument("--cors-origin", action="append", metavar="ORIGIN",
                    help="allow browser requests from ORIGIN (repeatable; default: no CORS)")
+    p.add_argument("--allowed-host", action="append", metavar="NAME",
+                   help="also answer requests sent to NAME (the Host header; repeatable; '*': any). "
+                        "Default: loopback and the --host address only")
     p.add_argument("--queue-size", type=int, default=16,
                    help="requests that may wait behind the running one; more get 429 (default 16)")
     p.add_argument("--log-prompts", action="store_true", help="write prompts to the log (default: never)")

@@ -23,6 +23,7 @@ from starlette.routing import Route
 from engine.core.events import Failed, Finished, Tokens
 from engine.core.settings import DecodeSettings
 from engine.serving import metrics
+from engine.serving.guard import require_json
 from engine.serving.responses import ReplyShape, timings
 from engine.serving.schemas import (ApiError, ChatCompletionRequest, CompletionRequest, GenerationFields,
                                     SpeculativeOptions, parse_body)
@@ -94,6 +95,7 @@ class OpenAiApi:
 
     async def _complete(self, request: Request, chat: bool) -> Response:
         self._authorize(request)
+        require_json(request)
         body = parse_body(await _read_body(request), ChatCompletionRequest if chat else CompletionRequest)
         self._check_model(body.model)
         prompt_ids, prompt_text = await run_in_threadpool(self._encode, body)

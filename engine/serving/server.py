@@ -8,7 +8,8 @@
 Security by default: it binds to loopback; another address needs ``allow_remote`` AND an API
 key (``check`` refuses otherwise); with a key every /v1 endpoint and /metrics need
 ``Authorization: Bearer KEY``; no CORS headers unless origins are given; prompts stay out of
-the logs unless ``log_prompts``.
+the logs unless ``log_prompts``. Web pages cannot drive it (engine.serving.guard: Host, Origin
+and Content-Type checks).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
+from engine.serving.guard import BrowserGuard, HostPolicy
 from engine.serving.openai_api import (ApiSettings, OpenAiApi, api_error_response, http_error_response,
                                        internal_error_response)
 from engine.serving.schemas import ApiError
@@ -42,6 +44,7 @@ class ServerConfig:
     api_key: str | None = None
     allow_remote: bool = False
     cors_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback and the bound one ("*": any)
     queue_size: int = 16  # requests waiting behind the running one before a 429
     log_prompts: bool = False
     model_id: str | None = None  # the name clients send as "model" (default: the target's)
@@ -87,7 +90,8 @@ def build_app(worker: EngineWorker, config: ServerConfig) -> Starlette:
         model_id=config.model_id or worker.model_id, api_key=config.api_key, default_drafter=config.default_drafter,
         default_max_tokens=config.default_max_tokens, log_prompts=config.log_prompts,
     ))
-    middleware = []
+    # The guard first: a foreign Host or Origin is refused before CORS or a route sees it.
+    middleware = [Middleware(BrowserGuard, policy=HostPolicy(config.host, config.allowed_hosts, config.cors_origins))]
     if config.cors_origins:
         middleware.append(Middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
                                      allow_methods=["GET", "POST", "OPTIONS"],
