@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 2**20
 _SEED_RANGE = 2**63  # torch generators take 64-bit seeds; OpenAI's may be any integer
+# A temperature or top_p below this decodes greedily. Both tend to greedy decoding as they
+# shrink (the most likely token alone), and sampling cannot take them: logits divided by a
+# temperature of 1e-300 overflow float32, and a top_p under float32's range drops every token.
+# vLLM treats temperatures below the same bound as greedy.
+GREEDY_BELOW = 1e-5
 
 
 @dataclass(frozen=True)
@@ -196,13 +201,16 @@ class OpenAiApi:
         if window:  # the engine stops at the window's end too; this keeps the figure honest
             max_new = max(1, min(max_new, window - len(prompt_ids)))
         temperature = 1.0 if body.temperature is None else body.temperature  # OpenAI's default
+        top_p = 1.0 if body.top_p is None else body.top_p
+        if temperature < GREEDY_BELOW or top_p < GREEDY_BELOW:
+            temperature = 0.0
         seed = secrets.randbits(63) if body.seed is None else body.seed % _SEED_RANGE
         spec = body.speculative or SpeculativeOptions()
         drafter = self._drafter(spec)
         try:
             settings = DecodeSettings(
                 mode="greedy" if temperature == 0 else "sample", temperature=temperature or 1.0,
-                top_k=body.top_k or 0, top_p=1.0 if body.top_p is None else body.top_p, max_new_tokens=max_new,
+                top_k=body.top_k or 0, top_p=top_p, max_new_tokens=max_new,
                 stop_strings=body.stop_strings(), seed=seed, draft_length=spec.draft_length,
                 max_draft_length=spec.max_draft_length or 8,
             )

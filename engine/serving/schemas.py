@@ -6,9 +6,9 @@ refused with a 400 rather than silently dropped.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from engine.core.settings import MAX_DRAFT_LENGTH
@@ -167,10 +167,16 @@ class CompletionRequest(GenerationFields):
 
 
 def parse_body(raw: bytes, model: type[GenerationFields]) -> GenerationFields:
-    """The request body as ``model``, or an ApiError(400) that names the offending field."""
+    """The request body as ``model``, or an ApiError(400) that names the offending field.
+
+    pydantic's own JSON parser (jiter) rather than the standard library's: it stops at 200
+    levels of nesting without recursing on the Python stack (``json.loads`` raises
+    RecursionError on a body of 1,000 brackets), refuses lone surrogates (a ``\\ud800``
+    escape is no text: a tokenizer refuses it with a TypeError) and NaN / Infinity, which are
+    not JSON."""
     try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        data = pydantic_core.from_json(raw, allow_inf_nan=False)
+    except ValueError as exc:
         raise ApiError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")

@@ -59,6 +59,43 @@ def test_bad_chat_requests_get_an_openai_error(url, name, body, status, param):
     assert_error(post(url, body), status, param)
 
 
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+# Bodies that once reached Python code unprepared for them (a RecursionError, a tokenizer's
+# TypeError) and were answered 500.
+MALFORMED = [
+    ("JSON nested 1,000 deep", b'{"messages": ' + nested(1000) + b"}", "/v1/chat/completions"),
+    ("JSON nested past the parser's bound in an ignored field",
+     b'{"messages": [{"role": "user", "content": "hi"}], "metadata": ' + nested(250) + b"}", "/v1/chat/completions"),
+    ("lone surrogate in a prompt", b'{"prompt": "a\\ud800b", "max_tokens": 2}', "/v1/completions"),
+    ("lone surrogate in a one-prompt list", b'{"prompt": ["\\udfff"], "max_tokens": 2}', "/v1/completions"),
+    ("lone surrogate in a message", b'{"messages": [{"role": "user", "content": "a\\ud800"}]}', "/v1/chat/completions"),
+    ("lone surrogate in a stop string", b'{"prompt": "a", "stop": ["\\ud800"]}', "/v1/completions"),
+    ("bytes that are not UTF-8", b'{"prompt": "a\xff\xfe", "max_tokens": 2}', "/v1/completions"),
+    ("NaN temperature", b'{"prompt": "a", "temperature": NaN}', "/v1/completions"),
+]
+
+
+@pytest.mark.parametrize("name, body, path", MALFORMED, ids=[case[0] for case in MALFORMED])
+def test_malformed_bodies_are_400_not_500(url, name, body, path):
+    error = assert_error(post(url, body, path), 400)
+    assert error["code"] == "invalid_json"
+
+
+@pytest.mark.parametrize("fields", [{"temperature": 1e-300}, {"top_p": 1e-300}, {"temperature": 5e-324, "top_p": 1e-300},
+                                    {"temperature": 1e-6}], ids=str)
+def test_a_vanishing_temperature_or_top_p_decodes_greedily(url, fields):
+    """Their limit is the most likely token (greedy), which is how they are decoded: sampling
+    with them would divide by zero in float32."""
+    body = {"prompt": "def add(a, b):", "max_tokens": 6, "seed": 1}
+    greedy = post(url, {**body, "temperature": 0}, "/v1/completions")
+    reply = post(url, {**body, **fields}, "/v1/completions")
+    assert reply.status == 200, reply.body
+    assert reply.json()["choices"][0]["text"] == greedy.json()["choices"][0]["text"]
+
+
 def test_unknown_model_is_404(url):
     error = assert_error(post(url, {"model": "gpt-9", "messages": USER}), 404, "model")
     assert error["code"] == "model_not_found"
