@@ -32,6 +32,10 @@ from engine.serving.worker import EngineWorker, GenerationRequest, Job, QueueFul
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 2**20
+# A prompt of more characters than this per token of the context window is refused before it
+# is tokenized: tokenizing 15 MB took ~8 s and ~2-3 GB only to count past the window. Real
+# text runs 3-5 characters a token; only long runs of one repeated character pack more.
+MAX_CHARS_PER_TOKEN = 16
 _SEED_RANGE = 2**63  # torch generators take 64-bit seeds; OpenAI's may be any integer
 # A temperature or top_p below this decodes greedily. Both tend to greedy decoding as they
 # shrink (the most likely token alone), and sampling cannot take them: logits divided by a
@@ -165,6 +169,7 @@ class OpenAiApi:
         prompt would otherwise hold up the event loop)."""
         if isinstance(body, ChatCompletionRequest):
             messages = [m.for_template() for m in body.messages]
+            self._check_chars(sum(len(m["content"]) for m in messages), "messages")
             try:
                 ids = self.worker.encode_chat(messages)
             except Exception as exc:  # the chat template refused this conversation
@@ -176,6 +181,7 @@ class OpenAiApi:
             if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
                 prompt = prompt[0]
             if isinstance(prompt, str):
+                self._check_chars(len(prompt), "prompt")
                 ids, text = (self.worker.encode_text(prompt) if prompt else []), prompt
             else:
                 vocab = len(self.worker.session.tokenizer)
@@ -190,6 +196,13 @@ class OpenAiApi:
             raise ApiError(400, f"the prompt has {len(ids)} tokens but the model's context window is {window}; "
                                 "shorten it", param=param, code="context_length_exceeded")
         return ids, text if self.settings.log_prompts else ""
+
+    def _check_chars(self, chars: int, param: str) -> None:
+        """Refuse a prompt too long for the window by its length alone, without tokenizing it."""
+        window = self.worker.context_window
+        if window and chars > window * MAX_CHARS_PER_TOKEN:
+            raise ApiError(400, f"the prompt has {chars} characters, more than the model's context window of "
+                                f"{window} tokens can hold; shorten it", param=param, code="context_length_exceeded")
 
     def _generation(self, body: GenerationFields, prompt_ids: list[int], prompt_text: str) -> GenerationRequest:
         window = self.worker.context_window

@@ -146,3 +146,25 @@ def test_the_server_still_answers_after_bad_requests(tiny_session, start_server)
     assert ok.status == 200 and ok.json()["usage"]["completion_tokens"] >= 1
     counters = handle.counters()
     assert counters.requests_failed == 0 and counters.requests_served == 1  # bad ones never reached the engine
+
+
+def test_a_prompt_far_over_the_window_is_refused_before_it_is_tokenized(tiny_session, start_server, monkeypatch):
+    """Tokenizing a 15 MB prompt took seconds and gigabytes only to refuse it; no token holds
+    more than MAX_CHARS_PER_TOKEN characters in practice, so longer prompts are refused at once."""
+    from engine.serving.openai_api import MAX_CHARS_PER_TOKEN
+
+    handle = start_server(tiny_session)
+    tokenized = []
+    for name in ("encode_text", "encode_chat"):
+        original = getattr(handle.worker, name)
+        monkeypatch.setattr(handle.worker, name, lambda *a, _do=original, _name=name: tokenized.append(_name) or _do(*a))
+    bound = WINDOW * MAX_CHARS_PER_TOKEN
+    error = assert_error(post(handle.url, {"prompt": "x" * (bound + 1)}, "/v1/completions"), 400, "prompt")
+    assert error["code"] == "context_length_exceeded"
+    halves = [{"role": "user", "content": "x" * (bound // 2)}, {"role": "assistant", "content": "y" * (bound // 2 + 1)}]
+    error = assert_error(post(handle.url, {"messages": halves}), 400, "messages")
+    assert error["code"] == "context_length_exceeded"
+    assert tokenized == []
+    # At the bound the prompt is tokenized, and its token count decides.
+    error = assert_error(post(handle.url, {"prompt": "x" * bound}, "/v1/completions"), 400, "prompt")
+    assert error["code"] == "context_length_exceeded" and tokenized == ["encode_text"]
