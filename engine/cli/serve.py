@@ -18,6 +18,7 @@ def run_serve(args) -> int:
         host=args.host, port=args.port, api_key=args.api_key or os.environ.get("TANDEM_API_KEY") or None,
         allow_remote=args.allow_remote, cors_origins=tuple(args.cors_origin or ()),
         allowed_hosts=tuple(args.allowed_host or ()), queue_size=args.queue_size,
+        read_timeout_s=args.read_timeout, max_connections=args.max_connections,
         log_prompts=args.log_prompts, model_id=args.model_id, default_drafter=args.drafter,
         default_max_tokens=args.max_new_tokens,
     )
@@ -79,6 +80,11 @@ def add_parser(sub) -> None:
                         "Default: loopback and the --host address only")
     p.add_argument("--queue-size", type=int, default=16,
                    help="requests that may wait behind the running one; more get 429 (default 16)")
+    p.add_argument("--read-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="a request's headers, and then its body, must each arrive within SECONDS; "
+                        "slower clients are disconnected (default 30)")
+    p.add_argument("--max-connections", type=int, default=64,
+                   help="open connections served at once; requests on more get 503 (default 64)")
     p.add_argument("--log-prompts", action="store_true", help="write prompts to the log (default: never)")
     p.add_argument("--model-id", help="the model name clients send (default: the target folder's name)")
     model_options(p)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from sse_starlette import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -250,10 +250,14 @@ async def _read_body(request: Request) -> bytes:
     if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
         raise ApiError(413, f"the request body is over {MAX_BODY_BYTES // 2**20} MiB", code="request_too_large")
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise ApiError(413, f"the request body is over {MAX_BODY_BYTES // 2**20} MiB", code="request_too_large")
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_BODY_BYTES:
+                raise ApiError(413, f"the request body is over {MAX_BODY_BYTES // 2**20} MiB",
+                               code="request_too_large")
+    except ClientDisconnect:  # gone before its body was in (or cut off for being slow): nobody reads a reply
+        raise ApiError(400, "the client disconnected before sending the whole body", code="incomplete_body") from None
     return bytes(body)
 
 

@@ -9,7 +9,8 @@ Security by default: it binds to loopback; another address needs ``allow_remote`
 key (``check`` refuses otherwise); with a key every /v1 endpoint and /metrics need
 ``Authorization: Bearer KEY``; no CORS headers unless origins are given; prompts stay out of
 the logs unless ``log_prompts``. Web pages cannot drive it (engine.serving.guard: Host, Origin
-and Content-Type checks).
+and Content-Type checks); a slow client is disconnected after ``read_timeout_s`` and at most
+``max_connections`` are served (engine.serving.http_protocol).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
 from engine.serving.guard import BrowserGuard, HostPolicy
+from engine.serving.http_protocol import with_read_timeout
 from engine.serving.openai_api import (ApiSettings, OpenAiApi, api_error_response, http_error_response,
                                        internal_error_response)
 from engine.serving.schemas import ApiError
@@ -46,6 +48,8 @@ class ServerConfig:
     cors_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()  # Host names answered besides loopback and the bound one ("*": any)
     queue_size: int = 16  # requests waiting behind the running one before a 429
+    read_timeout_s: float = 30.0  # for a request's headers, and then for its body (engine.serving.http_protocol)
+    max_connections: int = 64  # open connections served at once; requests on more get a 503
     log_prompts: bool = False
     model_id: str | None = None  # the name clients send as "model" (default: the target's)
     default_drafter: str = "model"  # when a request does not choose: model, lookup or mtp
@@ -64,6 +68,10 @@ class ServerConfig:
             raise ValueError("the API key is empty")
         if self.queue_size < 1:
             raise ValueError("the queue size must be at least 1")
+        if not self.read_timeout_s > 0:
+            raise ValueError("the read timeout must be a positive number of seconds")
+        if self.max_connections < 1:
+            raise ValueError("the connection limit must be at least 1")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port {self.port} is not a TCP port")
         if self.default_drafter not in ("model", "lookup", "mtp", "off"):
@@ -167,8 +175,11 @@ def run_in_thread(engine: Session | EngineWorker, config: ServerConfig, sock: so
     sock = sock or bind_socket(config.host, config.port)
     # Logs go through the root logger (no uvicorn formatting); per-request lines come from
     # engine.serving.worker, without prompts unless asked.
+    # uvicorn counts the connection asking among the open ones (503 once they reach the limit),
+    # so max_connections of them are served with a limit one higher.
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False, lifespan="off",
-                                           timeout_graceful_shutdown=5))
+                                           timeout_graceful_shutdown=5, http=with_read_timeout(config.read_timeout_s),
+                                           limit_concurrency=config.max_connections + 1))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="tandem-http", daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout
