@@ -112,3 +112,12 @@ def test_the_limits_must_be_positive():
     for fields in ({"read_timeout_s": 0}, {"read_timeout_s": -1.0}, {"max_connections": 0}):
         with pytest.raises(ValueError):
             ServerConfig(**fields).check()
+
+
+def test_the_cli_refuses_limits_that_are_not_positive_before_loading_anything(capsys):
+    from engine.cli import main
+
+    assert main(["serve", "--port", "0", "--read-timeout", "0"]) == 1
+    assert "read timeout" in capsys.readouterr().err
+    assert main(["serve", "--port", "0", "--max-connections", "0"]) == 1
+    assert "connection limit" in capsys.readouterr().err
