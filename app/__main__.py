@@ -169,10 +169,13 @@ def main(argv=None) -> int:
     if args.screenshot:
         QTimer.singleShot(int(args.timeout * 1000), lambda: script.done(failed="timed out"))
     try:
-        return app.exec() or script.exit_code
+        code = app.exec() or script.exit_code
     finally:
         if self_test:
             self_test.cleanup()
+    from app.worker import leave
+
+    return leave(code)  # at once, even when the engine is inside a step that cannot be cancelled
 
 
 class Script:

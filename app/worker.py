@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import queue
 import threading
 import weakref
@@ -134,13 +135,48 @@ class EngineHost(QObject):
     def cancel(self) -> None:
         self.worker.cancel_all()
 
-    def shutdown(self, timeout_ms: int = 120_000) -> bool:
-        """Cancel, let the running step finish, join the thread. True when it stopped."""
+    def shutdown(self, timeout_ms: int | None = None) -> bool:
+        """Cancel, let the running step finish, join the thread. True when it stopped.
+
+        Decoding stops at its next step; a step that cannot be cancelled (a kernel's first
+        compile, a model's load from disk) may run on for minutes, and quitting must not wait for
+        it: after ``QUIT_WAIT_MS`` the thread is left running and ``leave`` ends the process."""
         if not self.thread.isRunning():
             return True
         self.worker.stop()
         self.thread.quit()
+        timeout_ms = QUIT_WAIT_MS if timeout_ms is None else timeout_ms
         stopped = self.thread.wait(timeout_ms)
         if not stopped:
-            log.error("engine thread did not stop within %d ms", timeout_ms)
+            log.warning("the engine is inside a step that cannot be cancelled (%d ms); quitting without it", timeout_ms)
         return stopped
+
+
+#: How long closing the window waits for the engine's current step to end.
+QUIT_WAIT_MS = 10_000
+
+
+def still_running() -> list[EngineHost]:
+    """Engine hosts whose thread outlived shutdown (a step that cannot be cancelled)."""
+    return [host for host in list(EngineHost.instances) if host.thread.isRunning()]
+
+
+def leave(code: int) -> int:
+    """The process's exit once the window has closed. With an engine thread still inside a step
+    that cannot be cancelled, Python's teardown would destroy its running QThread, which Qt
+    answers with an abort (and a crash log for a clean quit). So then: stop the compilers it
+    started, flush the logs and end the process at once; every file the engine writes (weight
+    caches, kernel builds, conversions) is written to a temporary name and renamed, so nothing
+    half-written is left for the next start to trust."""
+    if not still_running():
+        return code
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.Error:  # already gone
+            pass
+    log.warning("quit while the engine was busy; its step was abandoned")
+    logging.shutdown()
+    os._exit(code)
