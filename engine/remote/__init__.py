@@ -6,6 +6,9 @@
              difference around one request
     race     one measured request (speed from its own stream, acceptance from what the server
              reports), and two endpoints raced on the same prompt
+    text     a server's text made safe for a terminal (control sequences shown as escapes)
+
+Every read from a server is bounded in bytes and time (client.Limits).
 
 It imports nothing from the rest of the engine but core: a remote server is only an address.
 """
