@@ -11,6 +11,7 @@ import sys
 from engine.cli import bench, download, fidelity, generate, models, remote, serve
 from engine.cli import import_model
 from engine.core.settings import InvalidRequest
+from engine.remote.text import printable
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,10 +37,19 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except InvalidRequest as exc:  # a usage error, found before anything was loaded: status 2, as argparse's
-        print(f"tandem: error: {exc}", file=sys.stderr)
+        print(f"tandem: error: {describe(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:  # a readable message, not a traceback, for expected failures
         if args.verbose:
             raise
-        print(f"tandem: error: {exc}", file=sys.stderr)
+        print(f"tandem: error: {describe(exc)}", file=sys.stderr)
         return 1
+
+
+def describe(exc: BaseException) -> str:
+    """An error's message for the terminal: never empty (a MemoryError has no text), and with
+    any control sequences it carries (a server's or a file's text) shown as escapes."""
+    text = str(exc).strip()
+    if isinstance(exc, MemoryError):
+        text = f"out of memory (MemoryError){': ' + text if text else ''}"
+    return printable(text or type(exc).__name__)

@@ -53,20 +53,22 @@ def _endpoints(args):
 
 def run_remote_models(args) -> int:
     from engine.remote.client import RemoteClient
+    from engine.remote.text import printable
 
     for endpoint in _endpoints(args):
         with RemoteClient(endpoint) as client:
             models = client.list_models()
-        print(f"{endpoint.api_base}:")
+        print(f"{printable(endpoint.api_base, one_line=True)}:")
         for m in models:
             window = f"  context {m.max_model_len}" if m.max_model_len else ""
-            print(f"   {m.id}{window}  (remote, on the server)")
+            print(f"   {printable(m.id, one_line=True)}{window}  (remote, on the server)")
     return 0
 
 
 def run_remote_compare(args) -> int:
     from engine.remote.client import RemoteClient
     from engine.remote.race import Lane, LaneDone, RaceResult, race
+    from engine.remote.text import printable
 
     if not args.prompt.strip():
         raise ValueError("the prompt is empty")
@@ -92,12 +94,15 @@ def run_remote_compare(args) -> int:
         for c in clients:
             c.close()
     result = RaceResult(runs)
+    # What the servers sent is shown, not obeyed: their terminal controls print as escapes.
     for run in runs:
-        print(f"=== {run.name} ===\n" + (run.text if run.error is None else f"error: {run.error}"))
+        name = printable(run.name, one_line=True)
+        print(f"=== {name} ===\n" + (printable(run.text) if run.error is None
+                                      else f"error: {printable(run.error, one_line=True)}"))
     print()
     for run in runs:
         first = f"{run.first_token_s:.3f}s" if run.first_token_s is not None else "-"
-        print(f"{run.name}\n   {run.new_tokens} tokens, {run.tok_per_s:.2f} tok/s after the first, "
+        print(f"{printable(run.name, one_line=True)}\n   {run.new_tokens} tokens, {run.tok_per_s:.2f} tok/s after the first, "
               f"first token {first}; {run.acceptance.describe()}")
     if result.speedup:
         print(f"speed ratio (first / second): {result.speedup:.2f}x")

@@ -24,8 +24,10 @@ def _visible(match: re.Match) -> str:
 
 def printable(text: str, one_line: bool = False) -> str:
     """``text`` with its terminal controls shown as escapes; tabs and (unless ``one_line``)
-    newlines kept."""
-    return (_IN_LINE if one_line else _IN_TEXT).sub(_visible, text)
+    newlines kept, CRLF read as a newline."""
+    if one_line:
+        return _IN_LINE.sub(_visible, text)
+    return _IN_TEXT.sub(_visible, text.replace("\r\n", "\n"))
 
 
 def clipped(text: str, limit: int = 300) -> str:

@@ -1,6 +1,6 @@
 """The remote client against a hostile "vLLM" on loopback (tests/engine/hostile_remote.py):
 endless or compressed-endless bodies, a stream without newlines, a stream past max_tokens, drips
-that never end, malformed JSON, terminal escapes in an error message.
+that never end, malformed JSON, terminal escapes in what the CLI prints.
 
 The memory cases run the call in a process of its own (tests/engine/remote_probe.py) and bound
 its growth far below the server's 300 MB budget; every hostile reply also ends at that budget or
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.cli import main
 from engine.remote.client import RemoteClient, RemoteEndpoint, RemoteError, StreamEnd
 from tests.engine.hostile_remote import hostile
 
@@ -118,3 +119,46 @@ def test_escapes_in_an_error_body_are_neutralised():
     message = str(caught.value)
     assert "boom" in message and "done" in message and server.url in message
     assert not set(message) & (TERMINAL_CONTROLS | {"\n"}), repr(message)
+
+
+def test_the_cli_neutralises_a_model_name_and_an_error(capsys):
+    with hostile("escape_models_and_text") as server:
+        assert main(["models", "--remote", server.url]) == 0
+    out = capsys.readouterr().out
+    assert "evil" in out and "model" in out
+    assert not set(out) & TERMINAL_CONTROLS, repr(out)
+    with hostile("escape_error") as server:
+        assert main(["models", "--remote", server.url]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tandem: error: ") and "boom" in err
+    assert not set(err) & TERMINAL_CONTROLS, repr(err)
+
+
+def test_the_cli_neutralises_streamed_text_and_keeps_its_lines(capsys):
+    with hostile("escape_models_and_text") as server:
+        main(["compare", "--remote", server.url, "--max-new-tokens", "16", "hi"])
+    out = capsys.readouterr().out
+    assert "line one\n\tindented" in out and " end" in out
+    assert not set(out) & TERMINAL_CONTROLS, repr(out)
+
+
+def test_an_error_without_a_message_still_says_what_happened(monkeypatch, capsys):
+    import engine.cli.remote as remote_cli
+
+    def out_of_memory(args):
+        raise MemoryError
+
+    monkeypatch.setattr(remote_cli, "run_remote_models", out_of_memory)
+    assert main(["models", "--remote", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("tandem: error: ") and "out of memory" in err and "MemoryError" in err
+
+
+def test_printable_escapes_controls_and_keeps_lines():
+    from engine.remote.text import clipped, printable
+
+    assert printable("a\x1b[2Jb\x07\x9bc\u202ed\ud800") == "a\\x1b[2Jb\\x07\\x9bc\\u202ed\\ud800"
+    assert printable("one\r\n\ttwo\rthree") == "one\n\ttwo\\x0dthree"
+    assert printable("one\ntwo", one_line=True) == "one\\x0atwo"
+    assert printable("naïve café 日本語 🙂") == "naïve café 日本語 🙂"
+    assert clipped("x" * 500, 10) == "x" * 10 + "..."
