@@ -9,6 +9,7 @@ request did is the difference of two scrapes around it, exact when nothing else 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,6 +21,9 @@ VLLM_ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 VLLM_GENERATION_TOKENS = "vllm:generation_tokens_total"
 LLAMACPP_PREDICTED = "llamacpp:tokens_predicted_total"
 LLAMACPP_PROMPT = "llamacpp:prompt_tokens_total"
+# Draft positions counted per position: drafts are a few to ~20 tokens long. A larger (or
+# non-integer) position label is ignored, not a tuple that long.
+MAX_POSITIONS = 256
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,10 @@ def spec_counters(text: str) -> SpecCounters:
     per_pos: dict[int, float] = {}
     for s in samples:
         if s.name == VLLM_ACCEPTED_PER_POS:
-            position = int(dict(s.labels).get("position", "0"))
-            per_pos[position] = per_pos.get(position, 0.0) + s.value
+            label = dict(s.labels).get("position", "0")
+            position = int(label) if label.isascii() and label.isdigit() and len(label) <= 4 else MAX_POSITIONS
+            if position < MAX_POSITIONS:
+                per_pos[position] = per_pos.get(position, 0.0) + s.value
     draft_tokens = total(samples, VLLM_DRAFT_TOKENS)
     if draft_tokens is not None:
         flavour = "vllm"
@@ -107,6 +113,10 @@ def spec_delta(before: SpecCounters, after: SpecCounters) -> SpecDelta | None:
     that omits them), or when they went down (the server restarted between the scrapes)."""
     if not (before.reports_drafts and after.reports_drafts):
         return None
+    finite = lambda c: all(math.isfinite(v) for v in (c.drafts or 0.0, c.draft_tokens, c.accepted,
+                                                      *c.accepted_per_position))
+    if not (finite(before) and finite(after)):  # +Inf / NaN counters: nothing to subtract
+        return None
     grown = lambda a, b: int(round((a or 0.0) - (b or 0.0)))
     delta_tokens, delta_accepted = grown(after.draft_tokens, before.draft_tokens), grown(after.accepted, before.accepted)
     if delta_tokens < 0 or delta_accepted < 0:
@@ -115,5 +125,6 @@ def spec_delta(before: SpecCounters, after: SpecCounters) -> SpecDelta | None:
     pad = lambda t: tuple(t) + (0.0,) * (n - len(t))
     per_pos = tuple(grown(a, b) for a, b in zip(pad(after.accepted_per_position), pad(before.accepted_per_position)))
     generated = (grown(after.generation_tokens, before.generation_tokens)
-                 if after.generation_tokens is not None and before.generation_tokens is not None else None)
+                 if after.generation_tokens is not None and before.generation_tokens is not None
+                 and math.isfinite(after.generation_tokens - before.generation_tokens) else None)
     return SpecDelta(grown(after.drafts, before.drafts), delta_tokens, delta_accepted, per_pos, generated)

@@ -9,6 +9,7 @@ the server meanwhile); else it is "not reported".
 """
 from __future__ import annotations
 
+import logging
 import queue
 import threading
 import time
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 
 from engine.remote.client import Chunk, RemoteClient, RemoteError, StreamEnd
 from engine.remote.metrics import SpecCounters, spec_counters, spec_delta
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -56,12 +59,16 @@ class RemoteRun:
 
 
 def _scrape(client: RemoteClient) -> SpecCounters | None:
-    text = client.metrics_text()
+    try:
+        text = client.metrics_text()
+    except RemoteError as exc:  # over its limit, or too slow: the acceptance is then not reported
+        log.warning("%s; the acceptance will not come from its /metrics", exc)
+        return None
     if text is None:
         return None
     try:
         return spec_counters(text)
-    except ValueError:  # not Prometheus text: a proxy's page, say
+    except Exception:  # not Prometheus text (a proxy's page, say), or text the parser trips on
         return None
 
 

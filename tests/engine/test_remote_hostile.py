@@ -111,6 +111,17 @@ def test_a_malformed_reply_is_a_remote_error_naming_the_server(behaviour, call):
                 list(client.stream_chat("m", MESSAGES, max_tokens=4))
 
 
+def test_absurd_metrics_give_no_acceptance_and_no_error():
+    """A per-position counter at position 100 million and counters at +Inf / NaN: the run is
+    measured from its stream, its acceptance is not reported."""
+    from engine.remote.race import measured_stream
+
+    with hostile("metrics_label_bomb") as server, RemoteClient(RemoteEndpoint(server.url)) as client:
+        run = list(measured_stream(client, "bomb", "m", MESSAGES, max_tokens=4))[-1]
+    assert run.error is None and run.new_tokens == 4
+    assert not run.acceptance.drafted
+
+
 # -- what reaches the terminal ------------------------------------------------------------------
 def test_escapes_in_an_error_body_are_neutralised():
     with hostile("escape_error") as server, RemoteClient(RemoteEndpoint(server.url)) as client:

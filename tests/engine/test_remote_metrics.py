@@ -64,3 +64,17 @@ def test_a_new_position_appearing_counts_from_zero():
     before = SpecCounters(drafts=1, draft_tokens=2, accepted=1, accepted_per_position=(1,), flavour="vllm")
     after = SpecCounters(drafts=2, draft_tokens=5, accepted=3, accepted_per_position=(2, 1), flavour="vllm")
     assert spec_delta(before, after).accepted_per_position == (1, 1)
+
+
+def test_absurd_counters_are_bounded_and_give_no_delta():
+    """A position label of 100 million (a tuple that long before), and +Inf / NaN counters
+    (int(round(nan)) raised before)."""
+    text = ('vllm:spec_decode_num_drafts_total{model_name="m"} +Inf\n'
+            'vllm:spec_decode_num_draft_tokens_total{model_name="m"} +Inf\n'
+            'vllm:spec_decode_num_accepted_tokens_total{model_name="m"} NaN\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="100000000"} 1.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="x"} 1.0\n'
+            'vllm:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 2.0\n')
+    counters = spec_counters(text)
+    assert counters.accepted_per_position == (0.0, 2.0)
+    assert spec_delta(counters, counters) is None
