@@ -72,9 +72,16 @@ def _scrape(client: RemoteClient) -> SpecCounters | None:
         return None
 
 
+def _count(value) -> int | None:
+    """A token count a server reported, None when it is not a finite number >= 0 ("many", NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e15:
+        return None
+    return int(value)
+
+
 def stream_rate(end: StreamEnd) -> tuple[int, float]:
     """(new tokens, tokens per second after the first) from the stream itself."""
-    n = int(end.usage.get("completion_tokens") or end.chunks)
+    n = _count(end.usage.get("completion_tokens")) or end.chunks
     if end.first_chunk_at is None or end.last_chunk_at is None or n < 2 or end.last_chunk_at <= end.first_chunk_at:
         return n, 0.0
     return n, (n - 1) / (end.last_chunk_at - end.first_chunk_at)
@@ -82,8 +89,9 @@ def stream_rate(end: StreamEnd) -> tuple[int, float]:
 
 def acceptance_of(end: StreamEnd, before: SpecCounters | None, after: SpecCounters | None) -> Acceptance:
     timings = end.timings or {}
-    if "draft_n" in timings and "draft_n_accepted" in timings:
-        return Acceptance("timings", int(timings["draft_n"]), int(timings["draft_n_accepted"]))
+    drafted, accepted = _count(timings.get("draft_n")), _count(timings.get("draft_n_accepted"))
+    if drafted is not None and accepted is not None:
+        return Acceptance("timings", drafted, accepted)
     if before is not None and after is not None:
         delta = spec_delta(before, after)
         if delta is not None:

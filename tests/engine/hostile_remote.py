@@ -182,6 +182,15 @@ def escape_models_and_text(reply: Reply, path: str) -> None:
     reply.write(DONE)
 
 
+def junk_counts_stream(reply: Reply, path: str) -> None:
+    """Four tokens, then usage and timings whose counts are not numbers."""
+    reply.head(200, "text/event-stream")
+    for _ in range(4):
+        reply.write(token("tok "))
+    reply.write(sse({"choices": [], "usage": {"completion_tokens": "lots"},
+                     "timings": {"draft_n": "x", "draft_n_accepted": None}}) + DONE)
+
+
 def garbage_stream(reply: Reply, path: str) -> None:
     reply.head(200, "text/event-stream")
     reply.write(token("ok ") + b"data: {not json\n\n" + DONE)
@@ -205,7 +214,7 @@ def scalar_models(reply: Reply, path: str) -> None:
 
 BEHAVIOURS = {f.__name__: f for f in (endless_models, endless_error, huge_metrics, no_newline_stream, endless_tokens,
                                       tokens_then_done, drip_models, drip_keepalive_stream, slow_tokens,
-                                      gzip_bomb_models, metrics_label_bomb,
+                                      gzip_bomb_models, metrics_label_bomb, junk_counts_stream,
                                       escape_error, escape_models_and_text, garbage_stream, scalar_stream,
                                       nested_models, scalar_models)}
 

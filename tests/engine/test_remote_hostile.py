@@ -122,6 +122,14 @@ def test_absurd_metrics_give_no_acceptance_and_no_error():
     assert not run.acceptance.drafted
 
 
+def test_counts_that_are_not_numbers_are_not_used():
+    from engine.remote.race import measured_stream
+
+    with hostile("junk_counts_stream") as server, RemoteClient(RemoteEndpoint(server.url)) as client:
+        run = list(measured_stream(client, "junk", "m", MESSAGES, max_tokens=8))[-1]
+    assert run.error is None and run.new_tokens == 4 and run.acceptance.source == "not reported"
+
+
 # -- what reaches the terminal ------------------------------------------------------------------
 def test_escapes_in_an_error_body_are_neutralised():
     with hostile("escape_error") as server, RemoteClient(RemoteEndpoint(server.url)) as client:
