@@ -362,7 +362,8 @@ def _length(value) -> int | None:
 
 
 def _size(n: int) -> str:
-    return f"{n / MB:g} MB" if n >= MB else f"{n / KB:g} kB"
+    value, unit = (n / MB, "MB") if n >= MB else (n / KB, "kB")
+    return f"{value:,.0f} {unit}" if value >= 1000 else f"{value:g} {unit}"
 
 
 def _message_of_json(body) -> str:

@@ -75,6 +75,12 @@ def endless_models(reply: Reply, path: str) -> None:
     reply.endless(b'{"id": "m", "object": "model", "owned_by": "x"}, ' * 1000)
 
 
+def huge_length_models(reply: Reply, path: str) -> None:
+    """A model list that announces a terabyte, then sends it (until the budget)."""
+    reply.head(200, Content_Length=str(10**12))
+    reply.endless(b" " * 65536)
+
+
 def endless_error(reply: Reply, path: str) -> None:
     reply.head(500, "text/plain")
     reply.endless(b"Internal Server Error " * 3000)
@@ -214,7 +220,7 @@ def scalar_models(reply: Reply, path: str) -> None:
 
 BEHAVIOURS = {f.__name__: f for f in (endless_models, endless_error, huge_metrics, no_newline_stream, endless_tokens,
                                       tokens_then_done, drip_models, drip_keepalive_stream, slow_tokens,
-                                      gzip_bomb_models, metrics_label_bomb, junk_counts_stream,
+                                      gzip_bomb_models, huge_length_models, metrics_label_bomb, junk_counts_stream,
                                       escape_error, escape_models_and_text, garbage_stream, scalar_stream,
                                       nested_models, scalar_models)}
 

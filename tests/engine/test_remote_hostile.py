@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from engine.cli import main
-from engine.remote.client import RemoteClient, RemoteEndpoint, RemoteError, StreamEnd
+from engine.remote.client import KB, Limits, RemoteClient, RemoteEndpoint, RemoteError, StreamEnd
 from tests.engine.hostile_remote import hostile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +72,21 @@ def test_a_stream_past_max_tokens_is_stopped_there():
         assert server.hung_up.wait(10)
     assert "max_tokens=16" in the_error(result, server.url)
     assert result["chunks"] == 16 and result["growth_mb"] < 50, result
+
+
+def test_a_body_announced_over_its_limit_is_not_read():
+    with hostile("huge_length_models") as server, RemoteClient(RemoteEndpoint(server.url)) as client:
+        with pytest.raises(RemoteError, match="announced 1,000,000 MB for a model list, over the limit of 4 MB"):
+            client.list_models()
+        assert server.hung_up.wait(10)
+
+
+def test_a_stream_without_max_tokens_is_cut_at_its_byte_limit():
+    with hostile("endless_tokens") as server, \
+            RemoteClient(RemoteEndpoint(server.url), limits=Limits(stream_bytes=100 * KB)) as client:
+        with pytest.raises(RemoteError, match="more than 100 kB in one stream"):
+            list(client.stream_chat("m", MESSAGES))
+        assert server.hung_up.wait(10)
 
 
 # -- time ---------------------------------------------------------------------------------------
