@@ -89,14 +89,17 @@ def split_parts(path: Path) -> tuple[Path, ...]:
 def read_split(path: Path | str, long_arrays: Collection[str] | bool = (),
                display_name: str | None = None) -> tuple[PartHeader, ...]:
     """The headers of ``path`` or of the split set it belongs to (every part must be present),
-    checked as one model: the part count the first part states, no tensor in two parts.
+    checked as one model: the part count the first part states, no tensor in two parts, the
+    metadata's numbers against the tensors (engine.gguf.header_checks).
     ``long_arrays`` and ``display_name`` are as for ``read_part`` (the name only for a single file)."""
     path = Path(path)
     if not path.exists():
         raise GgufError(f"{display_name or path} does not exist")
     parts = split_parts(path)
     if len(parts) == 1:
-        return (read_part(path, long_arrays, display_name),)
+        header = read_part(path, long_arrays, display_name)
+        _check_numbers(display_name or path.name, (header,))
+        return (header,)
     headers = tuple(read_part(part, long_arrays if i == 0 else ()) for i, part in enumerate(parts))
     seen: set[str] = set()
     for header in headers:
@@ -111,7 +114,15 @@ def read_split(path: Path | str, long_arrays: Collection[str] | bool = (),
     expected = metadata.get("split.tensors.count")
     if expected is not None and int(expected) != len(seen):
         raise GgufError(f"{parts[0].name}: the split model should hold {expected} tensors, its parts hold {len(seen)}")
+    _check_numbers(parts[0].name, headers)
     return headers
+
+
+def _check_numbers(name: str, headers: tuple[PartHeader, ...]) -> None:
+    """The first part's metadata against every part's tensors (engine.gguf.header_checks)."""
+    from engine.gguf.header_checks import check_header  # it raises this module's GgufError
+
+    check_header(name, headers[0].metadata, {t.name: t.shape for h in headers for t in h.tensors})
 
 
 def read_part(path: Path | str, long_arrays: Collection[str] | bool = (),

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from engine.core.paths import cache_dir
 from engine.gguf import hf_metadata
+from engine.gguf.header_checks import check_header
 from engine.gguf.reader import (
     GgufError,
     GgufFile,
@@ -64,6 +65,8 @@ def open_cached(path: Path) -> tuple[GgufFile, Path]:
     table = _read_table(folder)
     if table is not None and _current(parts, table):
         metadata = {k: _from_json(v) for k, v in table["metadata"].items()}
+        # An entry kept from before the header's numbers were checked is checked now.
+        check_header(parts[0].name, metadata, {t["name"]: t["shape"] for t in table["tensors"]})
         offsets = tuple(int(p["data_offset"]) for p in table["parts"])
         return from_table(parts, metadata, table["tensors"], offsets), folder
     file = open_gguf(path)

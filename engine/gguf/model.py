@@ -21,12 +21,12 @@ import torch
 from torch import nn
 
 from engine.gguf import hf_metadata
+from engine.gguf.header_checks import SUPPORTED_ARCHITECTURES
 from engine.gguf.reader import GgufError, GgufFile, GgufTensor
 from kernels import gguf_linear
 
 log = logging.getLogger(__name__)
 
-SUPPORTED_ARCHITECTURES = ("llama", "qwen2", "qwen3", "gemma3")
 _DENSE_TYPES = ("F32", "F16", "BF16")
 # Metadata every supported architecture needs, under "<arch>.": without it no config can be made.
 _REQUIRED = ("block_count", "embedding_length", "feed_forward_length", "attention.head_count")
