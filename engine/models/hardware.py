@@ -10,7 +10,6 @@ All sizes are bytes. A described "gb" is 10**9 bytes, as vendors (and users) mea
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -23,6 +22,11 @@ import psutil
 
 log = logging.getLogger(__name__)
 GB = 10**9
+
+
+#: A profile names a few sizes and GPUs: hundreds of bytes. Far more is not a profile.
+PROFILE_MAX_BYTES = 1 * 2**20
+PROFILE_MAX_DEPTH = 16
 
 
 class HardwareProfileError(ValueError):
@@ -70,13 +74,21 @@ class Hardware:
 
     @classmethod
     def from_profile_file(cls, path: str | Path) -> "Hardware":
+        """A described machine from a JSON file: read only when it is a regular file of at most
+        ``PROFILE_MAX_BYTES`` (a FIFO, /dev/zero or a huge file is refused before it is read)."""
+        from engine.core import bounded_json
+
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            data = bounded_json.read_bytes(path, PROFILE_MAX_BYTES)
         except OSError as exc:
             raise HardwareProfileError(f"cannot read hardware profile {path}: {exc.strerror or exc}") from exc
-        except json.JSONDecodeError as exc:
-            raise HardwareProfileError(f"hardware profile {path} is not valid JSON: {exc}") from exc
+        except bounded_json.JSONFileError as exc:
+            raise HardwareProfileError(f"cannot read hardware profile: {exc}") from exc
+        try:
+            data = bounded_json.loads(data, PROFILE_MAX_DEPTH, where=f"hardware profile {path}")
+        except bounded_json.JSONFileError as exc:
+            raise HardwareProfileError(str(exc)) from exc
         return _from_profile(data)
 
 

@@ -125,3 +125,60 @@ def test_models_names_the_default_pairs_precisions_as_the_picker_does(tmp_path):
     # This test's cache holds no converted pair: from a GGUF file whose type is not read yet.
     assert ("default-offline precision: As in the file (--precision file, the default); also bf16 (dequantized),"
             " fp32 (exact, dequantized), int8 (re-quantized), int4 (re-quantized)") in out.stdout
+
+
+def _run_bounded(args: list[str], timeout: float = 90) -> tuple[int, str, int]:
+    """(exit status, stderr, peak RSS in bytes) of ``tandem models ARGS`` run as a user runs it,
+    its address space capped at 6 GiB so that a read without bound fails instead of filling
+    this machine's memory; pytest.fail where it is still running after ``timeout`` s."""
+    import resource
+    import tempfile
+    import time
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
+
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "models", "--no-local", *args], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err, preexec_fn=cap)
+        deadline = time.monotonic() + timeout
+        while True:  # reaped with wait4: this child's own peak RSS (Linux: kilobytes)
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                proc.returncode = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                pytest.fail(f"tandem models {' '.join(args)} was still running after {timeout:.0f} s")
+            time.sleep(0.05)
+        err.seek(0)
+        text = err.read().decode(errors="replace")
+    return proc.returncode, text, usage.ru_maxrss * 1024
+
+
+@pytest.mark.parametrize("kind, words", [("dev-zero", "is not a regular file"), ("fifo", "is not a regular file"),
+                                         ("huge", "more than the 1 MiB it may be"),
+                                         ("deep", "nests more than 16 levels deep")])
+def test_a_profile_that_is_no_profile_is_refused_before_it_is_read(tmp_path, kind, words):
+    """--hardware names a device, a FIFO, a 5 GB file or brackets nested 100,000 deep: refused with
+    one line, at once and without reading it (before: /dev/zero read until memory ran out, a FIFO
+    waited for a writer forever, the 5 GB file was read whole, the nesting ended in a
+    RecursionError's message)."""
+    if kind == "dev-zero":
+        path = "/dev/zero"
+    elif kind == "fifo":
+        path = str(tmp_path / "machine.json")
+        os.mkfifo(path)
+    elif kind == "huge":
+        path = str(tmp_path / "machine.json")
+        with open(path, "wb") as f:
+            f.truncate(5 * 10**9)  # sparse: no disk is used
+    else:
+        path = str(tmp_path / "machine.json")
+        Path(path).write_text("[" * 100_000 + "]" * 100_000)
+    status, err, peak = _run_bounded(["--hardware", path])
+    lines = err.strip().splitlines()
+    assert status == 1 and len(lines) == 1 and lines[0].startswith("tandem: error:"), err
+    assert words in lines[0] and path in lines[0], err
+    assert peak < 2 * 2**30, f"peak RSS {peak / 2**30:.1f} GiB"
