@@ -23,6 +23,7 @@ from pathlib import Path
 
 from engine.core.paths import cache_dir
 from engine.gguf import hf_metadata
+from engine.gguf.chat_template import guard
 from engine.gguf.header_checks import check_header
 from engine.gguf.reader import (
     GgufError,
@@ -90,7 +91,8 @@ def config(file: GgufFile, folder: Path, read):
 
 
 def tokenizer(file: GgufFile, folder: Path):
-    """The file's tokenizer: the entry's copy, else converted from the metadata and saved."""
+    """The file's tokenizer: the entry's copy, else converted from the metadata and saved; its
+    chat template renders with limits, refusals naming the file (engine.gguf.chat_template)."""
     from transformers import AutoTokenizer
 
     if "tokenizer.ggml.tokens" not in file.metadata:
@@ -98,14 +100,14 @@ def tokenizer(file: GgufFile, folder: Path):
     saved = folder / "tokenizer"
     if (saved / "tokenizer_config.json").exists():
         try:
-            return AutoTokenizer.from_pretrained(saved)
+            return guard(AutoTokenizer.from_pretrained(saved), file.name)
         except (OSError, ValueError) as exc:
             log.warning("cached tokenizer of %s unreadable (%s); converting it again", file.name, exc)
     value = hf_metadata.fast_or_transformers(
         lambda: hf_metadata.read_tokenizer(file.path, file.tensors),
         lambda: AutoTokenizer.from_pretrained(file.path.parent, gguf_file=file.path.name), file.name, "tokenizer")
     _save(lambda tmp: value.save_pretrained(tmp), saved, file)
-    return value
+    return guard(value, file.name)
 
 
 # -- the entry ---------------------------------------------------------------------------------

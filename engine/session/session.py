@@ -19,6 +19,7 @@ from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.drafters.reduced_head import ReducedHead
 from engine.gguf import is_gguf
+from engine.gguf.chat_template import guard
 from engine.models.loading import LoadedModel, check_model_folder, drafter_weights, load_model, read_config, same_vocabulary
 from engine.models.placement import check_fits, dtype_for, pick_device, weights_name
 from engine.models.prefix_reuse import RunnerPool
@@ -48,6 +49,11 @@ def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | N
 
 class Session:
     def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None, drafter_options: DrafterOptions | None = None) -> None:
+        # Chat templates render with limits, a refusal naming the model; the target last, so a
+        # tokenizer the two share names the target, whose template renders the prompts.
+        for loaded in (drafter, target):
+            if loaded is not None:
+                guard(loaded.tokenizer, loaded.name)
         # A Gemma 4 assistant ships no tokenizer: it is checked against the target's config.
         assistant = drafter is not None and is_assistant_config(drafter.model.config)
         if drafter is not None and not assistant and not same_vocabulary(target.tokenizer, drafter.tokenizer):
