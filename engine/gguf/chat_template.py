@@ -352,9 +352,15 @@ def _environment() -> BoundedSandbox:
 @functools.lru_cache(maxsize=64)
 def compile_template(chat_template: str) -> BoundedTemplate:
     """``chat_template`` compiled in its own bounded sandbox (cached per template text, as
-    transformers caches its own)."""
+    transformers caches its own). Compiling takes time and memory in proportion to the text
+    (~3 s and 100 MB for 256 KiB; real templates are under 20 KiB), so longer text is refused."""
     install()
-    return _environment().from_string(chat_template)
+    if len(chat_template) > tb.MAX_TEMPLATE:
+        raise ChatTemplateRefused(f"is {len(chat_template):,} characters long (at most {tb.MAX_TEMPLATE:,})")
+    try:
+        return _environment().from_string(chat_template)
+    except RecursionError:  # parentheses or blocks nested thousands deep
+        raise ChatTemplateRefused("nests too deeply to compile") from None
 
 
 def install() -> None:

@@ -16,6 +16,9 @@ the ``Budget`` of the render in progress:
               values built in one render together at most MAX_BUILT; the text rendered at most
               MAX_OUTPUT characters
 
+The template's own text may be MAX_TEMPLATE characters (compiling it costs time and memory in
+proportion; engine.gguf.chat_template.compile_template checks it).
+
 A unit is one character of a string; a container costs 16 per item plus its items, a number
 its decimal digits, anything else nothing. Each limit is far above what a conversation needs
 (MAX_OUTPUT is about a million tokens, more than any context window), and a refusal is one
@@ -33,6 +36,7 @@ from collections.abc import Iterator, Mapping
 
 from jinja2.utils import Namespace
 
+MAX_TEMPLATE = 256 * 2**10
 MAX_OUTPUT = 4 * 2**20
 MAX_VALUE = 8 * 2**20
 MAX_BUILT = 64 * 2**20

@@ -53,6 +53,8 @@ HOSTILE = {
     "huge number": "{{ 10 ** (10 ** 9) }}",
     "lipsum": "{{ lipsum(1000000) }}",
     "range over the limit": "{{ range(10**12)|length }}",
+    "nested too deeply": "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}",
+    "an enormous template": "{{ messages }}" * 100_000,
 }
 
 # A child process renders every hostile template through a guarded tokenizer and reports each
