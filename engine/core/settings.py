@@ -91,6 +91,21 @@ MAX_DRAFT_LENGTH = 32
 
 
 @dataclass(frozen=True)
+class OutputFormat:
+    """What the output must be: ``json_object`` any JSON object, ``json_schema`` one that follows
+    ``schema`` (its JSON text). Decoding is held to it token by token (engine.decode.grammar)."""
+
+    kind: Literal["json_object", "json_schema"] = "json_object"
+    schema: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("json_object", "json_schema"):
+            raise InvalidRequest(f"the output format must be 'json_object' or 'json_schema', not {self.kind!r}")
+        if self.kind == "json_schema" and not self.schema:
+            raise InvalidRequest("a json_schema output format needs its schema")
+
+
+@dataclass(frozen=True)
 class DecodeSettings:
     """mode greedy is deterministic; sample uses temperature / top_k / top_p with ``seed``.
 
@@ -107,6 +122,7 @@ class DecodeSettings:
     seed: int = 0
     draft_length: int | None = None
     max_draft_length: int = 8
+    output_format: OutputFormat | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in ("greedy", "sample"):

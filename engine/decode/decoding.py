@@ -22,6 +22,7 @@ from engine.core.events import Event, Failed, Finished, Stats, Tokens
 from engine.core.sampler import Sampler
 from engine.core.settings import PREFILL_CHUNK, DecodeSettings
 from engine.decode.draft_length import DraftLengthController
+from engine.decode.grammar import GrammarConstraint
 from engine.decode.output import OutputBuilder
 from engine.decode.stats import StatsTracker
 from engine.drafters.base import Draft, Drafter
@@ -66,8 +67,12 @@ class _Run:
         self.stats = StatsTracker(prompt_tokens=len(prompt_ids))
         self.sampler = Sampler(settings, getattr(target, "device", None))
         self.context = list(prompt_ids)
+        self.constraint = (GrammarConstraint(settings.output_format, tokenizer, eos_ids)
+                           if settings.output_format is not None else None)
 
     def emit(self, block: list[int], from_draft: list[bool], drafted: int, accepted: int, step_s: float):
+        if self.constraint is not None:
+            self.constraint.accept(block)
         ext = self.output.extend(block)
         self.context.extend(block)
         self.stats.add_tokens(len(ext.token_ids))
@@ -131,12 +136,17 @@ def prefill(target: ModelRunner, run: _Run, prompt_ids: list[int], whole: bool =
             f"{_model_name(target)} computed NaN or infinite logits for the prompt: its weights (or a"
             f" cache made from them) are damaged; convert or download the model again"
         )
+    if run.constraint is not None:
+        logits = run.constraint.mask(logits.unsqueeze(0))[0]
     return run.sampler.choose(logits)[0]
 
 
-def decode_one_token(target: ModelRunner, last_token: int, sampler: Sampler) -> int:
-    logits = target.forward([last_token])[-1]
-    return sampler.choose(logits)[0]
+def decode_one_token(target: ModelRunner, last_token: int, sampler: Sampler,
+                     constraint: GrammarConstraint | None = None) -> int:
+    logits = target.forward([last_token])
+    if constraint is not None:
+        logits = constraint.mask(logits)
+    return sampler.choose(logits[-1])[0]
 
 
 def plain_decode(
@@ -158,7 +168,7 @@ def plain_decode(
                 yield run.finish("cancelled")
                 return
             t = time.perf_counter()
-            token = decode_one_token(target, run.context[-1], run.sampler)
+            token = decode_one_token(target, run.context[-1], run.sampler, run.constraint)
             step_s = time.perf_counter() - t
             run.stats.add_pass(0, 0, 0.0, step_s)
             yield from run.emit([token], [False], 0, 0, step_s)
@@ -171,9 +181,11 @@ def plain_decode(
 
 
 def speculate_step(
-    target: ModelRunner, drafter: Drafter, context: list[int], k: int, sampler: Sampler
+    target: ModelRunner, drafter: Drafter, context: list[int], k: int, sampler: Sampler,
+    constraint: GrammarConstraint | None = None,
 ) -> tuple[Draft, int, int, float, float]:
-    """Draft up to k tokens after ``context``, verify them in one target pass.
+    """Draft up to k tokens after ``context``, verify them in one target pass (its rows masked
+    by ``constraint``, where the output must follow a grammar; engine.decode.grammar).
 
     Returns (draft, n_accepted, next_token, draft_seconds, verify_seconds). On return the target
     cache holds context + the n accepted drafts, as the loop invariant requires.
@@ -181,8 +193,15 @@ def speculate_step(
     t0 = time.perf_counter()
     draft = drafter.propose(context, k, sampler) if k > 0 else Draft(())
     t1 = time.perf_counter()
+    if constraint is not None and sampler.greedy and draft.tokens:
+        # A forbidden greedy draft token would be rejected: verify only the drafts before it.
+        allowed = constraint.allowed_prefix(draft.tokens)
+        if allowed < len(draft.tokens):
+            draft = Draft(draft.tokens[:allowed], None if draft.probs is None else draft.probs[:allowed])
     drafted = torch.tensor(draft.tokens, dtype=torch.long)  # the backends move it to the logits' device
     logits = target.forward([context[-1], *draft.tokens], n_logits=len(draft.tokens) + 1)
+    if constraint is not None:
+        logits = constraint.mask(logits, draft.tokens)
     if sampler.greedy:
         verdict = verify_greedy(drafted, logits)
     else:
@@ -244,7 +263,7 @@ def speculative_decode(
                 drafter.prepare(run.context)
                 prepare_s, deferred = time.perf_counter() - t, False
             draft, n, next_token, draft_s, verify_s = speculate_step(
-                target, drafter, run.context, requested, run.sampler
+                target, drafter, run.context, requested, run.sampler, run.constraint
             )
             k = len(draft.tokens)
             # The controller prices drafting per token: a catch-up on tokens decoded while

@@ -225,7 +225,7 @@ class OpenAiApi:
                 mode="greedy" if temperature == 0 else "sample", temperature=temperature or 1.0,
                 top_k=body.top_k or 0, top_p=top_p, max_new_tokens=max_new,
                 stop_strings=body.stop_strings(), seed=seed, draft_length=spec.draft_length,
-                max_draft_length=spec.max_draft_length or 8,
+                max_draft_length=spec.max_draft_length or 8, output_format=body.output_format(),
             )
         except ValueError as exc:
             raise ApiError(400, str(exc), code="invalid_value") from None

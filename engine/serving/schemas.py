@@ -2,16 +2,19 @@
 
 Unknown fields are ignored (clients send many), but fields that would change what a request
 means and that Tandem does not implement (n > 1, logprobs, tools, penalties, echo, ...) are
-refused with a 400 rather than silently dropped.
+refused with a 400 rather than silently dropped. ``response_format`` (JSON object or schema)
+is followed token by token (engine.decode.grammar).
 """
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from engine.core.settings import MAX_DRAFT_LENGTH
+from engine.core.settings import MAX_DRAFT_LENGTH, InvalidRequest, OutputFormat
+from engine.decode.grammar import check_output_format
 
 
 class ApiError(Exception):
@@ -96,6 +99,8 @@ class GenerationFields(_Lenient):
     logit_bias: dict[str, float] | None = None
     user: str | None = None
     speculative: SpeculativeOptions | None = None
+    # OpenAI's structured output (chat); text completions take it too, as vLLM's do.
+    response_format: dict | None = None
 
     def check_supported(self) -> None:
         if self.n not in (None, 1):
@@ -108,6 +113,35 @@ class GenerationFields(_Lenient):
             raise ApiError(400, "logit_bias is not supported", param="logit_bias", code="unsupported_parameter")
         if isinstance(self.stop, list) and len(self.stop) > 16:
             raise ApiError(400, "at most 16 stop strings", param="stop", code="invalid_value")
+        self.output_format()  # refused here, before the prompt is read
+
+    def output_format(self) -> OutputFormat | None:
+        """``response_format`` as the engine's OutputFormat (None: plain text), or an ApiError
+        naming what is wrong with it. Types: text, json_object, json_schema
+        ({"json_schema": {"name": ..., "schema": {...}, "strict": ...}})."""
+        spec = self.response_format
+        if spec is None:
+            return None
+        kind = spec.get("type", "text")
+        if kind == "text":
+            return None
+        if kind == "json_object":
+            return OutputFormat("json_object")
+        if kind != "json_schema":
+            raise ApiError(400, f"response_format type must be 'text', 'json_object' or 'json_schema', not {kind!r}",
+                           param="response_format.type", code="invalid_value")
+        inner = spec.get("json_schema")
+        schema = inner.get("schema") if isinstance(inner, dict) else None
+        if not isinstance(schema, dict):
+            raise ApiError(400, "response_format json_schema needs json_schema.schema, a JSON object",
+                           param="response_format.json_schema.schema", code="invalid_value")
+        text = json.dumps(schema)
+        try:
+            output = OutputFormat("json_schema", text)
+            check_output_format(output)
+        except InvalidRequest as exc:
+            raise ApiError(400, str(exc), param="response_format.json_schema.schema", code="invalid_value") from None
+        return output
 
     def stop_strings(self) -> tuple[str, ...]:
         if self.stop is None:
@@ -124,7 +158,6 @@ class ChatCompletionRequest(GenerationFields):
     logprobs: bool | None = None
     tools: list[Any] | None = None
     functions: list[Any] | None = None
-    response_format: dict | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
@@ -133,9 +166,6 @@ class ChatCompletionRequest(GenerationFields):
         for name in ("tools", "functions"):
             if getattr(self, name):
                 raise ApiError(400, f"{name} are not supported", param=name, code="unsupported_parameter")
-        if self.response_format and self.response_format.get("type", "text") != "text":
-            raise ApiError(400, "only response_format type 'text' is supported", param="response_format",
-                           code="unsupported_value")
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
