@@ -34,7 +34,8 @@ def run(args) -> int:
     if args.json:
         # Each row says what runs ("variant": a GGUF quant or "safetensors"), its "file_bytes" and
         # its "source" ("hub" for the catalog; a local file names the app it came from, or
-        # "imported", with its path and how it is drafted for).
+        # "imported", with its path and how it is drafted for). A local file Tandem cannot run
+        # (damaged, missing, unsupported) is a row too: "problem" says why, "fit" is "none".
         rows = [r.to_dict() for r in results] + [_local_dict(row) for row in local]
         print(json.dumps({"hardware": hardware.to_dict(), "models": rows}, indent=1))
         return 0
@@ -53,9 +54,14 @@ def run(args) -> int:
     if local:
         print("\n   GGUF files on this machine (LM Studio, llama.cpp, Ollama, tandem import):")
         for row in local:
+            name = row.model.name if len(row.model.name) <= 40 else row.model.name[:39] + "…"
+            if row.problem is not None:  # marked "!": listed, never weighed or recommended
+                variant = row.model.quant or "?"
+                print(f" ! {name:<41}{variant:<9}{human_bytes(row.model.file_bytes or 0):>9}{'':>10}  {'none':<8}"
+                      f"{row.model.source:<10}problem: {_one_line(row.problem)}")
+                continue
             r, drafting = row.fit, row.model.drafting
             drafter = drafting.drafter.name if drafting.drafter is not None else f"prompt lookup ({drafting.reason})"
-            name = row.model.name if len(row.model.name) <= 40 else row.model.name[:39] + "…"
             print(f"   {name:<41}{r.variant:<9}{human_bytes(r.file_bytes or 0):>9}{human_bytes(r.estimate.total):>10}"
                   f"  {r.fit:<8}{r.source:<10}drafter: {drafter}")
     if any(r.entry.id == "default-offline" for r in results):
@@ -72,17 +78,42 @@ def run(args) -> int:
     return 0
 
 
-def _local_rows(hardware, context):
-    """The GGUF files found on this machine, weighed like catalog rows (engine.library)."""
+class _Row:
+    """A local model's row: ``fit`` and ``model`` (a LocalFit's), or ``problem`` where the model
+    cannot be weighed (damaged, missing, an architecture Tandem lacks: listed, marked)."""
+
+    def __init__(self, row) -> None:
+        self.model = row.model
+        self.fit = getattr(row, "fit", None)
+        self.problem = getattr(row, "problem", None)
+
+
+def _local_rows(hardware, context) -> list[_Row]:
+    """The GGUF files found on this machine, weighed like catalog rows (engine.library); the
+    ones that cannot be weighed are rows too, with their problem."""
     from engine.library import list_local_models
-    from engine.library.fit_rows import local_fits
+    from engine.library.fit_rows import local_rows
 
-    return local_fits(list_local_models(), hardware, context)
+    return [_Row(r) for r in local_rows(list_local_models(), hardware, context)]
 
 
-def _local_dict(row) -> dict:
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _local_dict(row: _Row) -> dict:
+    if row.problem is not None:
+        from engine.library.fit_rows import local_id
+
+        m = row.model
+        return {"id": local_id(m), "name": m.name, "family": m.architecture, "target_repo": m.name, "drafter_repo": None,
+                "drafter_kind": None, "precision": "file", "context": None, "estimate_bytes": None, "fit": "none",
+                "reason": _one_line(row.problem), "recommended": False, "predicted_speedup": None,
+                "source": m.source, "variant": m.quant, "file_bytes": m.file_bytes, "path": str(m.path),
+                "problem": _one_line(row.problem), "drafter": None, "drafter_path": None, "drafting_reason": None,
+                "refused_drafters": []}
     drafting = row.model.drafting
-    return {**row.fit.to_dict(), "path": str(row.model.path),
+    return {**row.fit.to_dict(), "path": str(row.model.path), "problem": None,
             "drafter": drafting.drafter.name if drafting.drafter is not None else None,
             "drafter_path": str(drafting.drafter.path) if drafting.drafter is not None else None,
             "drafting_reason": drafting.reason,

@@ -17,11 +17,14 @@ Where each keeps its models (their documented defaults; nothing here ever writes
   weights' digest; the weights are ``blobs/sha256-<hex>``, a GGUF file without the extension.
 
 Vision projectors (``mmproj-*.gguf``) are not models and are skipped, and so are the second and
-later parts of split models (the first stands for the set).
+later parts of split models (the first stands for the set); a split name that cannot be (part 1
+of 0) is listed, for the listing to mark it. Only regular files are models: a FIFO or a link to
+a device is never opened. An Ollama manifest is a few hundred bytes of JSON: it is read only
+when it is a regular file of at most ``MANIFEST_MAX_BYTES`` (engine.core.bounded_json), so a
+huge one, or one linked to /dev/zero, is skipped with a logged notice, never read whole.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -29,6 +32,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core import bounded_json
 from engine.gguf.reader import SPLIT_NAME
 from engine.library.local_model import Source
 from engine.library.registry import model_name
@@ -36,6 +40,9 @@ from engine.library.registry import model_name
 log = logging.getLogger(__name__)
 
 OLLAMA_MODEL_LAYER = "application/vnd.ollama.image.model"
+#: Ollama's manifests name a handful of layers: well under a KiB each.
+MANIFEST_MAX_BYTES = 1 * 2**20
+MANIFEST_MAX_DEPTH = 32
 _DIGEST = re.compile(r"^sha256[:-](?P<hex>[0-9a-f]{64})$")
 
 
@@ -78,7 +85,8 @@ def _is_model_file(path: Path) -> bool:
     if not name.endswith(".gguf") or name.startswith("mmproj") or not path.is_file():
         return False
     split = SPLIT_NAME.match(path.name)
-    return split is None or int(split["no"]) == 1
+    # A later part of a split is stood for by its first; a name no split has is listed (and marked).
+    return split is None or not 2 <= int(split["no"]) <= int(split["count"])
 
 
 def find_lmstudio() -> list[Found]:
@@ -127,8 +135,8 @@ def ollama_name(host: str, namespace: str, model: str, tag: str) -> str:
 def ollama_blob(root: Path, manifest: Path) -> Path | None:
     """The weights blob a manifest names (None where it names none or the blob is missing)."""
     try:
-        data = json.loads(manifest.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        data = bounded_json.load(manifest, MANIFEST_MAX_BYTES, MANIFEST_MAX_DEPTH)
+    except (OSError, ValueError) as exc:
         log.info("skipping Ollama manifest %s (%s)", manifest, exc)
         return None
     layers = data.get("layers") if isinstance(data, dict) else None
@@ -149,7 +157,10 @@ def find_ollama() -> list[Found]:
         if not manifests.is_dir():
             continue
         for manifest in sorted(manifests.glob("*/*/*/*")):
-            if not manifest.is_file():
+            if manifest.is_dir():
+                continue
+            if not manifest.is_file():  # a FIFO, a link to a device: never opened
+                log.info("skipping Ollama manifest %s (not a regular file)", manifest)
                 continue
             blob = ollama_blob(root, manifest)
             if blob is not None:

@@ -133,4 +133,15 @@ def match_all(models: Sequence[LocalModel], candidates: Sequence[DrafterCandidat
     from dataclasses import replace
 
     tokens = _Tokens()
-    return [replace(m, drafting=match_drafter(m, candidates, tokens)) if m.runnable else m for m in models]
+    out = []
+    for m in models:
+        if not m.runnable:
+            out.append(m)
+            continue
+        try:
+            drafting = match_drafter(m, candidates, tokens)
+        except Exception as exc:  # noqa: BLE001 -- a candidate's damaged file costs this model its drafter, no more
+            log.warning("could not match a drafter for %s", m.path, exc_info=True)
+            drafting = Drafting("lookup", None, f"the drafters could not be compared ({type(exc).__name__}: {exc})"[:300])
+        out.append(replace(m, drafting=drafting))
+    return out

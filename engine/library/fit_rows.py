@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.gguf.reader import GgufError
-from engine.library.header import read_header
+from engine.library.header import one_line, read_header
 from engine.library.local_model import DrafterCandidate, LocalModel
 from engine.models.architecture import (
     Architecture,
@@ -133,19 +133,52 @@ def local_entry(model: LocalModel) -> tuple[CatalogEntry, GgufVariant]:
     return entry, variant
 
 
+@dataclass(frozen=True)
+class Unweighed:
+    """A local model that is no picker row: ``problem`` says why (the model's own, from its
+    header, or what stopped weighing it)."""
+
+    model: LocalModel
+    problem: str
+
+
+def weigh(model: LocalModel, hardware: Hardware, context: int | None = None) -> LocalFit | Unweighed:
+    """``model`` assessed on ``hardware`` from its own file (precision "file"), or ``Unweighed``
+    when Tandem cannot run it or weighing it fails: whatever its file holds, never an exception
+    (one damaged file is one unweighed model, never the end of the rows)."""
+    if not model.runnable:
+        return Unweighed(model, model.problem)
+    try:
+        entry, variant = local_entry(model)
+        return LocalFit(assess(entry, hardware, FILE_PRECISION, context, variant=variant), model)
+    except (GgufError, ConfigError, OSError) as exc:
+        problem = str(exc)
+    except Exception as exc:  # noqa: BLE001 -- the file's bytes, not our state: name it and go on
+        log.debug("weighing %s failed", model.path, exc_info=True)
+        problem = f"{model.name} cannot be weighed ({one_line(exc)})"
+    log.warning("%s: cannot weigh it for the picker (%s)", model.path, problem)
+    return Unweighed(model, problem)
+
+
 def local_fit(model: LocalModel, hardware: Hardware, context: int | None = None) -> LocalFit | None:
     """``model`` assessed on ``hardware`` from its own file (precision "file"), or None when
     Tandem cannot run it (``model.problem`` says why) or its header cannot be read."""
-    if not model.runnable:
-        return None
-    try:
-        entry, variant = local_entry(model)
-    except (GgufError, ConfigError, OSError) as exc:
-        log.warning("%s: cannot weigh it for the picker (%s)", model.path, exc)
-        return None
-    return LocalFit(assess(entry, hardware, FILE_PRECISION, context, variant=variant), model)
+    row = weigh(model, hardware, context)
+    return row if isinstance(row, LocalFit) else None
+
+
+def local_rows(models: list[LocalModel], hardware: Hardware, context: int | None = None) -> list[LocalFit | Unweighed]:
+    """``weigh`` of every model, in the library's order."""
+    return [weigh(m, hardware, context) for m in models]
 
 
 def local_fits(models: list[LocalModel], hardware: Hardware, context: int | None = None) -> list[LocalFit]:
-    """``local_fit`` of every runnable model, in the library's order."""
-    return [f for f in (local_fit(m, hardware, context) for m in models) if f is not None]
+    """``local_fit`` of every runnable model, in the library's order; the others are left out,
+    each with a logged notice saying why."""
+    fits = []
+    for row in local_rows(models, hardware, context):
+        if isinstance(row, LocalFit):
+            fits.append(row)
+        elif row.model.runnable is False:
+            log.info("leaving out %s (%s)", row.model.path, row.problem)
+    return fits

@@ -15,9 +15,10 @@ import re
 from pathlib import Path
 
 from engine.core.paths import cache_dir
-from engine.gguf.reader import GgufError, is_gguf, split_parts
-from engine.library.discovery import discover
+from engine.gguf.reader import GgufError, is_gguf
+from engine.library.discovery import Found, discover
 from engine.library.drafter_match import match_all
+from engine.library.header import model_parts, one_line
 from engine.library.local_model import DrafterCandidate, LocalModel, Summary
 from engine.library.registry import imported_models, model_name
 from engine.library.summaries import SummaryCache
@@ -32,7 +33,9 @@ def list_local_models(with_drafters: bool = True) -> list[LocalModel]:
     try:
         models = _unique([*imported_models(cache), *_discovered(cache)])
         if with_drafters:
-            models = match_all(models, [*(m.as_candidate() for m in models), *tandem_candidates(cache)])
+            # A file that could not be read at all drafts for nothing, and is no reason either.
+            readable = [m.as_candidate() for m in models if m.architecture is not None or m.vocab_fingerprint is not None]
+            models = match_all(models, [*readable, *tandem_candidates(cache)])
         return models
     finally:
         cache.save()
@@ -42,23 +45,38 @@ def _discovered(cache: SummaryCache) -> list[LocalModel]:
     models = []
     for found in discover():
         try:
-            parts = split_parts(found.path)
-            size = sum(p.stat().st_size for p in parts)
-        except (GgufError, OSError) as exc:
-            models.append(_unreadable(found.name, found.path, found.source, str(exc)))
-            continue
-        display = found.name if found.source == "ollama" else None  # a blob's file name says nothing
-        try:
-            summary = cache.gguf(parts, display)
-        except (GgufError, OSError) as exc:
-            models.append(_unreadable(found.name, found.path, found.source, str(exc), size))
-            continue
-        models.append(LocalModel(found.name, parts[0], parts, found.source, size, summary))
+            models.append(_read_found(found, cache))
+        except Exception as exc:  # noqa: BLE001 -- one file never ends the listing of the others
+            log.warning("cannot read %s (%s)", found.path, one_line(exc), exc_info=True)
+            models.append(_unreadable(found.name, found.path, found.source,
+                                      f"{found.name} cannot be read ({one_line(exc)})"))
     return models
+
+
+def _read_found(found: Found, cache: SummaryCache) -> LocalModel:
+    """``found`` as a listed model: its summary, or its ``problem`` where it cannot be read."""
+    display = found.name if found.source == "ollama" else None  # a blob's file name says nothing
+    try:
+        parts = model_parts(found.path)
+        size = sum(p.stat().st_size for p in parts)
+    except (GgufError, OSError) as exc:
+        return _unreadable(found.name, found.path, found.source, str(exc), _size(found.path))
+    try:
+        summary = cache.gguf(parts, display)
+    except (GgufError, OSError) as exc:
+        return _unreadable(found.name, found.path, found.source, str(exc), size)
+    return LocalModel(found.name, parts[0], parts, found.source, size, summary)
 
 
 def _unreadable(name: str, path: Path, source, problem: str, size: int = 0) -> LocalModel:
     return LocalModel(name, path, (path,), source, size, Summary(None, None, None, (), None, None, None, None, problem))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _unique(models: list[LocalModel]) -> list[LocalModel]:
@@ -66,7 +84,7 @@ def _unique(models: list[LocalModel]) -> list[LocalModel]:
     for m in models:
         try:
             key = m.path.resolve()
-        except OSError:
+        except (OSError, RuntimeError):  # RuntimeError: a symlink loop
             key = m.path
         if key not in seen:
             seen.add(key)
@@ -86,20 +104,21 @@ def tandem_candidates(cache: SummaryCache) -> list[DrafterCandidate]:
             continue
         try:
             s = cache.folder(folder)
-        except (OSError, ValueError) as exc:
-            log.info("skipping %s as a drafter (%s)", folder, exc)
+            size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+        except Exception as exc:  # noqa: BLE001 -- a damaged folder is not a drafter; the listing goes on
+            log.info("skipping %s as a drafter (%s)", folder, one_line(exc))
             continue
-        size = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
         out.append(DrafterCandidate(folder.name, folder, "tandem", "folder", size, s.architecture, s.parameter_count,
                                     s.vocab_fingerprint, s.problem))
     for path in sorted((root / "gguf").glob("*.gguf")):
         try:
-            parts = split_parts(path)
+            parts = model_parts(path)
             s = cache.gguf(parts)
-        except (GgufError, OSError) as exc:
-            log.info("skipping %s as a drafter (%s)", path, exc)
+            size = sum(p.stat().st_size for p in parts)
+        except Exception as exc:  # noqa: BLE001 -- GgufError, OSError, or worse: not a drafter, either way
+            log.info("skipping %s as a drafter (%s)", path, one_line(exc))
             continue
-        out.append(DrafterCandidate(model_name(path), path, "tandem", "gguf", sum(p.stat().st_size for p in parts),
+        out.append(DrafterCandidate(model_name(path), path, "tandem", "gguf", size,
                                     s.architecture, s.parameter_count, s.vocab_fingerprint, s.problem))
     return out
 
@@ -108,9 +127,16 @@ def find_local_model(path: Path | str, models: list[LocalModel] | None = None) -
     """The listed model whose file (any part) is ``path``."""
     path = Path(path).expanduser().absolute()
     for m in models if models is not None else list_local_models():
-        if path in m.parts or m.path.resolve() == path.resolve():
+        if path in m.parts or _resolved(m.path) == _resolved(path):
             return m
     return None
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError):
+        return path
 
 
 def loadable_path(item: LocalModel | DrafterCandidate) -> Path:

@@ -6,22 +6,26 @@ Every change rewrites the file whole and atomically (engine.library.store), so a
 interrupted by an exception, a kill or a power cut leaves the previous registry as it was.
 
 Importing reads the header (engine.library.header) and refuses, with one line naming the file
-and the reason, what Tandem could not run: not a GGUF file, truncated or corrupt, a split
-model with a part missing, an architecture or tensor type the engine lacks, no tokenizer.
+and the reason, what Tandem could not run: not a GGUF file, truncated or corrupt (metadata
+nested past reading, a tensor with a 0-length dimension), a split model with a part missing
+or a split name that cannot be, an architecture or tensor type the engine lacks, no tokenizer.
 Importing a file again replaces its entry (idempotent). At listing time each entry is checked
-against the disk: a vanished file is dropped, a changed one read again (and dropped if it no
-longer imports). Two processes writing at once do not corrupt it either: each write is whole,
-and the last one wins.
+against the disk and listed as it is now: a changed file is read again (its entry updated when
+it still imports), and a file that has vanished or no longer reads is listed with ``problem``
+saying so. Such an entry stays registered (the file may be on a drive not mounted now, or
+mended later) until ``tandem import --forget PATH``.
 """
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from engine.core.paths import data_dir
-from engine.gguf.reader import SPLIT_NAME, GgufError, split_parts
+from engine.gguf.reader import SPLIT_NAME, GgufError
+from engine.library.header import check_regular_file, model_parts, one_line
 from engine.library.local_model import LocalModel, Summary
 from engine.library.store import read_json, write_json_atomic
 from engine.library.summaries import SummaryCache, stamps
@@ -56,23 +60,29 @@ class _Entry:
 
     @classmethod
     def from_json(cls, data: dict) -> _Entry:
-        return cls(str(data["name"]), tuple(Path(p) for p in data["parts"]), list(data["stamps"]),
-                   Summary.from_json(data["summary"]), str(data.get("imported_at", "")))
+        parts = tuple(Path(p) for p in data["parts"])
+        if not parts or not all(isinstance(p, str) for p in data["parts"]):
+            raise ValueError("an entry without its files")
+        return cls(str(data["name"]), parts, list(data["stamps"]), Summary.from_json(data["summary"]),
+                   str(data.get("imported_at", "")))
 
-    def model(self) -> LocalModel:
-        size = sum(int(s[1]) for s in self.stamps)
-        return LocalModel(self.name, self.parts[0], self.parts, "imported", size, self.summary)
+    def model(self, summary: Summary | None = None, problem: str | None = None) -> LocalModel:
+        """The entry as listed: with ``summary`` (as read now), or marked with ``problem``."""
+        size = sum(int(s[1]) for s in self.stamps if isinstance(s, list) and len(s) > 1 and isinstance(s[1], int))
+        if problem is not None:
+            summary = Summary(None, None, None, (), None, None, None, None, problem)
+        return LocalModel(self.name, self.parts[0], self.parts, "imported", size, summary or self.summary)
 
 
 def _load() -> list[_Entry]:
     data = read_json(registry_path())
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         if registry_path().exists():
-            log.warning("%s is unreadable; starting an empty registry (the file is replaced on the next import)",
+            log.warning("%s is unreadable; starting an empty registry (the file is set aside on the next import)",
                         registry_path())
         return []
     entries = []
-    for item in data.get("models") or []:
+    for item in data.get("models") if isinstance(data.get("models"), list) else []:
         try:
             entries.append(_Entry.from_json(item))
         except (KeyError, TypeError, ValueError) as exc:
@@ -80,8 +90,20 @@ def _load() -> list[_Entry]:
     return entries
 
 
-def _save(entries: list[_Entry]) -> None:
-    write_json_atomic(registry_path(), {"format": FORMAT, "models": [e.to_json() for e in entries]})
+def _change(change) -> list[_Entry]:
+    """Apply ``change`` (entries -> entries) to the registry; the entries written."""
+    path = registry_path()
+    entries = _load()
+    if not entries and path.exists() and not isinstance(read_json(path), dict):
+        aside = path.with_name(f"{path.name}.unreadable")  # kept for a person to look at, never read
+        try:
+            os.replace(path, aside)
+            log.warning("set the unreadable registry aside as %s", aside)
+        except OSError as exc:
+            log.warning("could not set the unreadable registry %s aside (%s)", path, exc)
+    new = change(entries)
+    write_json_atomic(path, {"format": FORMAT, "models": [e.to_json() for e in new]})
+    return new
 
 
 def _check(path: Path, cache: SummaryCache) -> tuple[tuple[Path, ...], Summary]:
@@ -90,7 +112,8 @@ def _check(path: Path, cache: SummaryCache) -> tuple[tuple[Path, ...], Summary]:
         raise GgufError(f"{path} does not exist")
     if path.is_dir():
         raise GgufError(f"{path} is a folder; import a .gguf file (any part of a split model)")
-    parts = split_parts(path)
+    check_regular_file(path)
+    parts = model_parts(path)
     summary = cache.gguf(parts)
     if summary.problem:
         raise GgufError(summary.problem)
@@ -99,7 +122,8 @@ def _check(path: Path, cache: SummaryCache) -> tuple[tuple[Path, ...], Summary]:
 
 def import_model(path: Path | str) -> LocalModel:
     """Register the GGUF model at ``path`` (a file, or any part of a split model) without
-    copying it; the registered model. Raises ``GgufError`` saying why the file cannot be used."""
+    copying it; the registered model. Raises ``GgufError`` saying why the file cannot be used
+    (OSError where the registry cannot be written)."""
     path = Path(path).expanduser().absolute()
     cache = SummaryCache()
     try:
@@ -108,8 +132,7 @@ def import_model(path: Path | str) -> LocalModel:
         cache.save()
     entry = _Entry(model_name(parts[0]), parts, stamps(parts), summary,
                    datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    entries = [e for e in _load() if e.parts[0] != parts[0]]
-    _save([*entries, entry])
+    _change(lambda entries: [*(e for e in entries if e.parts[0] != parts[0]), entry])
     log.info("registered %s (%s, %s)", parts[0], summary.architecture, summary.quant)
     return entry.model()
 
@@ -118,42 +141,53 @@ def forget(path: Path | str) -> bool:
     """Unregister the model whose file (any part) is ``path``; False if it was not registered.
     The file itself is left alone."""
     path = Path(path).expanduser().absolute()
-    entries = _load()
-    kept = [e for e in entries if path not in e.parts]
-    if len(kept) == len(entries):
+    if not any(path in e.parts for e in _load()):
         return False
-    _save(kept)
+    _change(lambda entries: [e for e in entries if path not in e.parts])
     return True
 
 
+def _as_now(entry: _Entry, cache: SummaryCache) -> tuple[LocalModel, _Entry | None]:
+    """``entry`` as its files are now: (the listed model, the entry to write back where the
+    files changed and still import, else None). Never raises for what the files hold."""
+    try:
+        missing = [p for p in entry.parts if not p.exists()]
+        if missing:
+            gone = "is missing" if len(missing) == 1 else f"and {len(missing) - 1} more parts are missing"
+            return entry.model(problem=f"{missing[0]} {gone} (registered with tandem import; "
+                                       f"'tandem import --forget {entry.parts[0]}' unregisters it)"), None
+        if stamps(entry.parts) == entry.stamps:
+            return entry.model(cache.gguf(entry.parts)), None  # the cache's copy: read with today's checks
+        parts, summary = _check(entry.parts[0], cache)
+    except (GgufError, OSError) as exc:
+        return entry.model(problem=str(exc)), None
+    except Exception as exc:  # noqa: BLE001 -- one entry never ends the listing of the others
+        log.warning("cannot read the registered %s", entry.parts[0], exc_info=True)
+        return entry.model(problem=f"{entry.parts[0].name} cannot be read ({one_line(exc)})"), None
+    updated = _Entry(entry.name, parts, stamps(parts), summary, entry.imported_at)
+    return updated.model(), updated
+
+
 def imported_models(cache: SummaryCache | None = None) -> list[LocalModel]:
-    """The registered models as they are on disk now: vanished files dropped from the
-    registry, changed ones read again (and dropped if they no longer import)."""
+    """The registered models as they are on disk now: changed ones read again (and their
+    entries updated when they still import); vanished or unreadable ones listed with
+    ``problem`` saying why, and kept registered."""
     cache = cache or SummaryCache()
-    entries, current, changed = _load(), [], False
-    for entry in entries:
-        if not all(p.exists() for p in entry.parts):
-            log.info("%s is gone; dropping it from the registry", entry.parts[0])
-            changed = True
-            continue
+    listed, updates = [], {}
+    for entry in _load():
+        model, updated = _as_now(entry, cache)
+        listed.append(model)
+        if updated is not None:
+            updates[entry.parts[0]] = (entry.stamps, updated)
+
+    def apply(entries: list[_Entry]) -> list[_Entry]:
+        # Only entries still as they were read: one re-imported meanwhile is that import's.
+        return [updates[e.parts[0]][1] if e.parts[0] in updates and e.stamps == updates[e.parts[0]][0] else e
+                for e in entries]
+
+    if updates:
         try:
-            now = stamps(entry.parts)
-        except OSError:
-            changed = True
-            continue
-        if now == entry.stamps:
-            current.append(entry)
-            continue
-        changed = True
-        try:
-            parts, summary = _check(entry.parts[0], cache)
-        except GgufError as exc:
-            log.warning("%s changed and no longer imports (%s); dropping it from the registry", entry.parts[0], exc)
-            continue
-        current.append(_Entry(entry.name, parts, stamps(parts), summary, entry.imported_at))
-    if changed:
-        try:
-            _save(current)
+            _change(apply)
         except OSError as exc:
             log.warning("could not update the registry %s (%s)", registry_path(), exc)
-    return [e.model() for e in current]
+    return listed

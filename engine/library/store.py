@@ -5,16 +5,22 @@ the old one (``os.replace`` is atomic on POSIX and Windows): a reader, or the ne
 a crash or a kill mid-write, sees either the old file or the new one, never half of either.
 A killed writer's temporary (its pid is in the name) is removed by a later write once it is
 surely abandoned (engine.core.scratch_files).
+
+Files are read with bounds (engine.core.bounded_json):
+anyone can replace them, with a FIFO, a link to /dev/zero or brackets nested 100,000 deep.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tempfile
 from pathlib import Path
 
-from engine.core import scratch_files
+from engine.core import bounded_json, scratch_files
+
+log = logging.getLogger(__name__)
 
 
 def _temporaries(path: Path) -> re.Pattern:
@@ -40,9 +46,13 @@ def write_json_atomic(path: Path, value) -> None:
         raise
 
 
-def read_json(path: Path):
-    """The file's value, or None where it is missing or unreadable."""
+def read_json(path: Path, max_bytes: int = bounded_json.MAX_BYTES):
+    """The file's value, or None where it is missing or unreadable (not a regular file, over
+    ``max_bytes``, nested too deep, not JSON: logged, as the caller starts afresh)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return bounded_json.load(path, max_bytes)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring %s (%s)", path, exc)
         return None

@@ -20,13 +20,15 @@ from pathlib import Path
 from engine.core.paths import cache_dir
 from engine.gguf.reader import GgufError
 from engine.library import vocab
-from engine.library.header import GgufHeader, read_header
+from engine.library.header import GgufHeader, one_line, read_header
 from engine.library.local_model import Summary
 from engine.library.store import read_json, write_json_atomic
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+#: 2: summaries also check every tensor's dimensions (a 0-length one is a problem); entries
+#: written before are read again.
+FORMAT = 2
 
 
 def stamps(paths) -> list[list]:
@@ -38,6 +40,16 @@ def stamps(paths) -> list[list]:
     return out
 
 
+def check_dimensions(header: GgufHeader) -> None:
+    """GgufError for a tensor with a dimension of 0: no model has one, and
+    building a model, its memory estimate or a view of its data from it fails further on."""
+    for tensor in header.tensors.values():
+        if any(d < 1 for d in tensor.shape):
+            shape = " x ".join(str(d) for d in tensor.shape)
+            raise GgufError(f"{header.name} is corrupted (tensor {tensor.name} has shape {shape}; "
+                            "every dimension must be at least 1)")
+
+
 def summarize_header(header: GgufHeader) -> Summary:
     """The summary of a header read; ``problem`` set where Tandem cannot run the model (the
     loader's own checks and messages: architecture, tensor types, a missing tokenizer)."""
@@ -46,6 +58,7 @@ def summarize_header(header: GgufHeader) -> Summary:
     arch = header.metadata.get("general.architecture")
     problem = None
     try:
+        check_dimensions(header)
         check_architecture(header)
         check_tensor_types(header)
         if header.tokens is None:
@@ -94,6 +107,19 @@ def folder_files(folder: Path) -> list[Path]:
     return [folder / "config.json", folder / "tokenizer.json", *sorted(folder.glob("*.safetensors"))]
 
 
+def _summarize_gguf(path: Path, display_name: str | None) -> Summary:
+    """``summarize_header(read_header(path))``, where anything hostile bytes make go wrong is a
+    ``GgufError`` naming the file (remembered like any other, so it is not re-read each time)."""
+    try:
+        return summarize_header(read_header(path, display_name))
+    except GgufError:
+        raise
+    except (ArithmeticError, AttributeError, IndexError, KeyError, LookupError, TypeError, ValueError,
+            RecursionError) as exc:
+        log.debug("summarizing %s failed", path, exc_info=True)
+        raise GgufError(f"{display_name or path.name} cannot be read ({one_line(exc)})") from None
+
+
 class SummaryCache:
     """The cached summaries (one JSON file); ``save()`` writes it back if anything changed."""
 
@@ -107,7 +133,9 @@ class SummaryCache:
     def gguf(self, parts: tuple[Path, ...], display_name: str | None = None) -> Summary:
         """The summary of the GGUF model in ``parts``; raises ``GgufError`` (naming the file)
         where it cannot be read at all."""
-        return self._get(parts, parts, lambda: summarize_header(read_header(parts[0], display_name)))
+        if not parts:
+            raise GgufError("no model file to read")
+        return self._get(parts, parts, lambda: _summarize_gguf(parts[0], display_name))
 
     def folder(self, folder: Path) -> Summary:
         return self._get((folder,), folder_files(folder), lambda: summarize_folder(folder))
@@ -116,7 +144,7 @@ class SummaryCache:
         key = json.dumps([str(p) for p in key_paths])
         now = stamps(files)
         entry = self.entries.get(key)
-        if entry is not None and entry.get("stamps") == now:
+        if isinstance(entry, dict) and entry.get("stamps") == now:
             if "error" in entry:
                 raise GgufError(entry["error"])
             try:
@@ -139,9 +167,16 @@ class SummaryCache:
         if not self.changed:
             return
         # Drop entries whose files are gone, so the cache does not grow forever.
-        self.entries = {k: e for k, e in self.entries.items() if all(Path(s[0]).exists() for s in e.get("stamps", []))}
+        self.entries = {k: e for k, e in self.entries.items() if _files_exist(e)}
         try:
             write_json_atomic(self.path, {"format": FORMAT, "entries": self.entries})
             self.changed = False
         except OSError as exc:  # a read-only cache dir: listing still works, slower next time
             log.warning("could not save the model summaries (%s)", exc)
+
+
+def _files_exist(entry) -> bool:
+    try:
+        return all(Path(s[0]).exists() for s in entry.get("stamps", []))
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError, OSError):
+        return False  # an entry nobody wrote: dropped

@@ -74,7 +74,7 @@ def test_import_refuses_with_one_line(ggufs, tmp_path, capsys, damage):
     assert not registry_path().exists()  # nothing registered
 
 
-def test_changed_file_is_read_again_and_vanished_one_dropped(ggufs, tmp_path):
+def test_changed_file_is_read_again_and_vanished_one_marked(ggufs, tmp_path):
     kept = _copy(ggufs, "target", tmp_path / "a")
     changing = _copy(ggufs, "target", tmp_path / "b")
     vanishing = _copy(ggufs, "drafter", tmp_path / "c")
@@ -85,14 +85,22 @@ def test_changed_file_is_read_again_and_vanished_one_dropped(ggufs, tmp_path):
     os.utime(changing, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
     vanishing.unlink()
     models = {m.path: m for m in list_local_models()}
-    assert set(models) == {kept, changing}
+    assert set(models) == {kept, changing, vanishing}
     assert models[changing].summary.vocab_size == 300 and models[changing].quant == "Q8_0"
+    # Gone (a drive not mounted, a file moved): listed as missing, still registered.
+    assert not models[vanishing].runnable and models[vanishing].drafting is None
+    assert models[vanishing].problem.startswith(f"{vanishing} is missing") and "--forget" in models[vanishing].problem
     registry = json.loads(registry_path().read_text())
-    assert [m["path"] for m in registry["models"]] == [str(kept), str(changing)]
+    assert [m["path"] for m in registry["models"]] == [str(kept), str(changing), str(vanishing)]
     assert registry["models"][1]["summary"]["vocab_size"] == 300
-    changing.write_bytes(changing.read_bytes()[:3000])  # now damaged: dropped, not half-registered
-    assert [m.path for m in list_local_models()] == [kept]
-    assert [m["path"] for m in json.loads(registry_path().read_text())["models"]] == [str(kept)]
+    changing.write_bytes(changing.read_bytes()[:3000])  # now damaged: marked, kept, not re-registered as it is
+    models = {m.path: m for m in list_local_models()}
+    assert models[kept].runnable
+    assert models[changing].problem.startswith("tiny-target-Q4_0.gguf is truncated")
+    after = json.loads(registry_path().read_text())["models"]
+    assert after == registry["models"]  # the entry as it was last read well
+    shutil.copy(ggufs["drafter"], vanishing)  # back
+    assert {m.path: m for m in list_local_models()}[vanishing].runnable
 
 
 def test_a_write_that_fails_midway_leaves_the_old_registry(ggufs, tmp_path, monkeypatch):
