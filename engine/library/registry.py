@@ -2,8 +2,12 @@
 
 The registry is one JSON file in Tandem's data dir (``library.json``): per model its path,
 its parts, every part's size and mtime at import, and its header summary. Nothing is copied.
-Every change rewrites the file whole and atomically (engine.library.store), so an import
-interrupted by an exception, a kill or a power cut leaves the previous registry as it was.
+Every change is made under the registry's lock (``library.json.lock``, engine.library.store):
+the file is read, changed and rewritten whole and atomically while it is held, so two
+``tandem import`` at once both land (neither reads the registry before the other's write and
+then writes over it), and an import interrupted by an exception, a kill or a power cut leaves
+the previous registry as it was. Headers are read before the lock is taken: it is held for
+milliseconds.
 
 Importing reads the header (engine.library.header) and refuses, with one line naming the file
 and the reason, what Tandem could not run: not a GGUF file, truncated or corrupt (metadata
@@ -27,7 +31,7 @@ from engine.core.paths import data_dir
 from engine.gguf.reader import SPLIT_NAME, GgufError
 from engine.library.header import check_regular_file, model_parts, one_line
 from engine.library.local_model import LocalModel, Summary
-from engine.library.store import read_json, write_json_atomic
+from engine.library.store import locked, read_json, write_json_atomic
 from engine.library.summaries import SummaryCache, stamps
 
 log = logging.getLogger(__name__)
@@ -91,19 +95,20 @@ def _load() -> list[_Entry]:
 
 
 def _change(change) -> list[_Entry]:
-    """Apply ``change`` (entries -> entries) to the registry; the entries written."""
+    """Apply ``change`` (entries -> entries) to the registry under its lock; the entries written."""
     path = registry_path()
-    entries = _load()
-    if not entries and path.exists() and not isinstance(read_json(path), dict):
-        aside = path.with_name(f"{path.name}.unreadable")  # kept for a person to look at, never read
-        try:
-            os.replace(path, aside)
-            log.warning("set the unreadable registry aside as %s", aside)
-        except OSError as exc:
-            log.warning("could not set the unreadable registry %s aside (%s)", path, exc)
-    new = change(entries)
-    write_json_atomic(path, {"format": FORMAT, "models": [e.to_json() for e in new]})
-    return new
+    with locked(path):
+        entries = _load()
+        if not entries and path.exists() and not isinstance(read_json(path), dict):
+            aside = path.with_name(f"{path.name}.unreadable")  # kept for a person to look at, never read
+            try:
+                os.replace(path, aside)
+                log.warning("set the unreadable registry aside as %s", aside)
+            except OSError as exc:
+                log.warning("could not set the unreadable registry %s aside (%s)", path, exc)
+        new = change(entries)
+        write_json_atomic(path, {"format": FORMAT, "models": [e.to_json() for e in new]})
+        return new
 
 
 def _check(path: Path, cache: SummaryCache) -> tuple[tuple[Path, ...], Summary]:

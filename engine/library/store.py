@@ -6,7 +6,9 @@ a crash or a kill mid-write, sees either the old file or the new one, never half
 A killed writer's temporary (its pid is in the name) is removed by a later write once it is
 surely abandoned (engine.core.scratch_files).
 
-Files are read with bounds (engine.core.bounded_json):
+A file that several processes change (the registry: two ``tandem import`` at once) is changed
+under ``locked(path)``: read, changed and written back while holding a lock file beside it, so
+no writer's change is lost to another's. Files are read with bounds (engine.core.bounded_json):
 anyone can replace them, with a FIFO, a link to /dev/zero or brackets nested 100,000 deep.
 """
 from __future__ import annotations
@@ -16,11 +18,16 @@ import logging
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from engine.core import bounded_json, scratch_files
 
 log = logging.getLogger(__name__)
+
+#: How long a writer waits for another to finish (a registry write takes milliseconds).
+LOCK_TIMEOUT_S = 30.0
 
 
 def _temporaries(path: Path) -> re.Pattern:
@@ -56,3 +63,23 @@ def read_json(path: Path, max_bytes: int = bounded_json.MAX_BYTES):
     except (OSError, ValueError) as exc:
         log.warning("ignoring %s (%s)", path, exc)
         return None
+
+
+def lock_path(path: Path) -> Path:
+    return Path(path).with_name(Path(path).name + ".lock")
+
+
+@contextmanager
+def locked(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
+    """Hold the lock of ``path`` (``<path>.lock``, an OS file lock: released when the holder
+    exits, however it exits). Raises ``TimeoutError`` (an OSError) after ``timeout`` seconds."""
+    from filelock import FileLock, Timeout
+
+    lock = lock_path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with FileLock(str(lock), timeout=timeout):
+            yield
+    except Timeout:
+        raise TimeoutError(f"{path} is being changed by another Tandem process (waited {timeout:.0f} s for {lock.name})") \
+            from None

@@ -117,7 +117,8 @@ def test_a_write_that_fails_midway_leaves_the_old_registry(ggufs, tmp_path, monk
         with pytest.raises(OSError, match="No space left"):
             import_model(second)
     assert registry_path().read_bytes() == before
-    assert sorted(p.name for p in registry_path().parent.iterdir() if "library" in p.name) == ["library.json"]
+    assert sorted(p.name for p in registry_path().parent.iterdir() if "library" in p.name) == ["library.json",
+                                                                                               "library.json.lock"]
     assert [m.path for m in list_local_models()] == [first]
 
 
