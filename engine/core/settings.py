@@ -93,16 +93,17 @@ MAX_DRAFT_LENGTH = 32
 @dataclass(frozen=True)
 class OutputFormat:
     """What the output must be: ``json_object`` any JSON object, ``json_schema`` one that follows
-    ``schema`` (its JSON text). Decoding is held to it token by token (engine.decode.grammar)."""
+    ``schema`` (its JSON text), ``lark`` text that a Lark grammar (``schema``, in llguidance's
+    dialect) takes. Decoding is held to it token by token (engine.decode.grammar)."""
 
-    kind: Literal["json_object", "json_schema"] = "json_object"
+    kind: Literal["json_object", "json_schema", "lark"] = "json_object"
     schema: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in ("json_object", "json_schema"):
-            raise InvalidRequest(f"the output format must be 'json_object' or 'json_schema', not {self.kind!r}")
-        if self.kind == "json_schema" and not self.schema:
-            raise InvalidRequest("a json_schema output format needs its schema")
+        if self.kind not in ("json_object", "json_schema", "lark"):
+            raise InvalidRequest(f"the output format must be 'json_object', 'json_schema' or 'lark', not {self.kind!r}")
+        if self.kind != "json_object" and not self.schema:
+            raise InvalidRequest(f"a {self.kind} output format needs its schema")
 
 
 @dataclass(frozen=True)

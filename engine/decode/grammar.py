@@ -44,6 +44,8 @@ def grammar_for(output_format: OutputFormat) -> str:
     """llguidance's grammar for ``output_format`` (ValueError: the schema is not a JSON object)."""
     import llguidance
 
+    if output_format.kind == "lark":
+        return llguidance.LLMatcher.grammar_from_lark(output_format.schema)
     schema = json.loads(output_format.schema) if output_format.schema else {"type": "object"}
     return llguidance.LLMatcher.grammar_from_json_schema(schema, overrides={"whitespace_pattern": WHITESPACE})
 
@@ -53,7 +55,7 @@ def check_output_format(output_format: OutputFormat) -> None:
     import llguidance
 
     if len(output_format.schema) > MAX_SCHEMA_CHARS:
-        raise InvalidRequest(f"the JSON schema has {len(output_format.schema):,} characters; at most "
+        raise InvalidRequest(f"the schema has {len(output_format.schema):,} characters; at most "
                              f"{MAX_SCHEMA_CHARS:,}")
     try:
         grammar = grammar_for(output_format)

@@ -21,10 +21,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from engine.core.events import Failed, Finished, Tokens
-from engine.core.settings import DecodeSettings
+from engine.core.settings import DecodeSettings, OutputFormat
 from engine.serving import metrics
 from engine.serving.guard import require_json
 from engine.serving.responses import ReplyShape, timings
+from engine.serving.tool_calls import StreamSplitter, call_grammar, marker_ids, template_writes_calls
 from engine.serving.schemas import (ApiError, ChatCompletionRequest, CompletionRequest, GenerationFields,
                                     SpeculativeOptions, parse_body)
 from engine.serving.worker import EngineWorker, GenerationRequest, Job, QueueFull
@@ -114,7 +115,8 @@ class OpenAiApi:
         except QueueFull as exc:
             raise ApiError(429, str(exc), type="rate_limit_error", code="queue_full",
                            headers={"Retry-After": str(exc.retry_after_s)}) from None
-        shape = ReplyShape(chat=chat, model=self.settings.model_id)
+        shape = ReplyShape(chat=chat, model=self.settings.model_id,
+                           tools=frozenset(t["function"]["name"] for t in (body.tools_offered() if chat else None) or ()))
         if body.stream:
             return EventSourceResponse(self._stream(job, shape, body.include_usage()), ping=self.settings.ping_seconds)
         outcome = await _wait_unless_gone(job, request)
@@ -127,15 +129,25 @@ class OpenAiApi:
     async def _stream(self, job: Job, shape: ReplyShape, include_usage: bool):
         """SSE ``data:`` payloads; sse-starlette cancels this generator when the client goes away,
         and ``finally`` then cancels the job at the engine's next step."""
+        splitter = StreamSplitter(shape.tools) if shape.tools else None
         try:
             if shape.chat:
                 yield json.dumps(shape.role_chunk())
             async for event in job.events():
                 if isinstance(event, Tokens) and event.text:
-                    yield json.dumps(shape.text_chunk(event.text))
+                    text = splitter.feed(event.text) if splitter is not None else event.text
+                    if text:
+                        yield json.dumps(shape.text_chunk(text))
                 elif isinstance(event, Finished):
+                    calls = ()
+                    if splitter is not None:  # what was held back: text after all, or the calls
+                        rest, calls = splitter.finish()
+                        if rest:
+                            yield json.dumps(shape.text_chunk(rest))
+                        if calls:
+                            yield json.dumps(shape.tool_calls_chunk(calls))
                     t = self._timings(event, job)
-                    yield json.dumps(shape.finish_chunk(event, t))
+                    yield json.dumps(shape.finish_chunk(event, t, called=bool(calls)))
                     if include_usage:
                         yield json.dumps(shape.usage_chunk(event, len(job.request.prompt_ids), t))
                 elif isinstance(event, Failed):
@@ -169,9 +181,14 @@ class OpenAiApi:
         prompt would otherwise hold up the event loop)."""
         if isinstance(body, ChatCompletionRequest):
             messages = [m.for_template() for m in body.messages]
-            self._check_chars(sum(len(m["content"]) for m in messages), "messages")
+            tools = body.tools_offered()
+            self._check_chars(sum(len(m["content"]) for m in messages) + len(json.dumps(tools or [])), "messages")
+            if tools and not template_writes_calls(self.worker.chat_template):
+                raise ApiError(400, "this model's chat template has no tool-call format Tandem reads (calls "
+                                    "written as <tool_call> blocks: Qwen, Hermes); send the request without tools",
+                               param="tools", code="unsupported_value")
             try:
-                ids = self.worker.encode_chat(messages)
+                ids = self.worker.encode_chat(messages, tools)
             except Exception as exc:  # the chat template refused this conversation
                 raise ApiError(400, f"the messages do not fit the model's chat template: {exc}",
                                param="messages", code="invalid_value") from None
@@ -225,12 +242,20 @@ class OpenAiApi:
                 mode="greedy" if temperature == 0 else "sample", temperature=temperature or 1.0,
                 top_k=body.top_k or 0, top_p=top_p, max_new_tokens=max_new,
                 stop_strings=body.stop_strings(), seed=seed, draft_length=spec.draft_length,
-                max_draft_length=spec.max_draft_length or 8, output_format=body.output_format(),
+                max_draft_length=spec.max_draft_length or 8, output_format=self._output_format(body),
             )
         except ValueError as exc:
             raise ApiError(400, str(exc), code="invalid_value") from None
         request_id = ("chatcmpl-" if isinstance(body, ChatCompletionRequest) else "cmpl-") + uuid.uuid4().hex[:12]
         return GenerationRequest(tuple(prompt_ids), settings, drafter, request_id, prompt_text)
+
+    def _output_format(self, body: GenerationFields) -> OutputFormat | None:
+        """The response_format's, or where tool_choice requires a call, a grammar of one call."""
+        forced = body.forced_tool() if isinstance(body, ChatCompletionRequest) else None
+        if forced is None:
+            return body.output_format()
+        ids = marker_ids(self.worker.session.tokenizer)
+        return OutputFormat("lark", call_grammar(body.tools_offered(), forced[1], ids))
 
     def _drafter(self, spec: SpeculativeOptions) -> str:
         if not spec.enabled:

@@ -15,6 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from engine.core.events import Finished
+from engine.serving.tool_calls import ToolCall, parse
 
 # The engine's finish reasons in OpenAI's words.
 FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "cancelled": "cancelled"}
@@ -60,6 +61,7 @@ class ReplyShape:
     chat: bool
     model: str
     id: str = field(default="")
+    tools: frozenset[str] = frozenset()  # the offered tools' names: the reply may call them
     created: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self) -> None:
@@ -80,7 +82,15 @@ class ReplyShape:
 
     def full(self, finished: Finished, prompt_tokens: int, timings_: dict) -> dict:
         body = self._head("chat.completion" if self.chat else "text_completion")
-        body["choices"] = [self._choice(finished.text, FINISH_REASONS.get(finished.reason, "stop"), stream=False)]
+        reason = FINISH_REASONS.get(finished.reason, "stop")
+        if self.tools:
+            content, calls = parse(finished.text, self.tools)
+            choice = self._choice(content, "tool_calls" if calls else reason, stream=False)
+            if calls:
+                choice["message"]["tool_calls"] = [c.to_openai() for c in calls]
+            body["choices"] = [choice]
+        else:
+            body["choices"] = [self._choice(finished.text, reason, stream=False)]
         body["usage"] = usage(prompt_tokens, finished)
         body["timings"] = timings_
         return body
@@ -100,11 +110,19 @@ class ReplyShape:
         body["choices"] = [self._choice(text, None, stream=True)]
         return body
 
-    def finish_chunk(self, finished: Finished, timings_: dict) -> dict:
+    def tool_calls_chunk(self, calls: tuple[ToolCall, ...]) -> dict:
+        """A reply's calls, each whole in one delta (clients join argument pieces; one piece is
+        a valid stream)."""
+        body = self._chunk_head()
+        body["choices"] = [{"index": 0, "delta": {"tool_calls": [c.to_openai(i) for i, c in enumerate(calls)]},
+                            "logprobs": None, "finish_reason": None}]
+        return body
+
+    def finish_chunk(self, finished: Finished, timings_: dict, called: bool = False) -> dict:
         """The choice's last chunk: its finish reason, and (as llama-server does) the timings."""
         body = self._chunk_head()
-        body["choices"] = [self._choice(None if self.chat else "", FINISH_REASONS.get(finished.reason, "stop"),
-                                        stream=True)]
+        reason = "tool_calls" if called else FINISH_REASONS.get(finished.reason, "stop")
+        body["choices"] = [self._choice(None if self.chat else "", reason, stream=True)]
         body["timings"] = timings_
         return body
 

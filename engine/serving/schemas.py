@@ -1,9 +1,10 @@
 """Request bodies of the OpenAI API as Tandem accepts them, and the OpenAI error shape.
 
 Unknown fields are ignored (clients send many), but fields that would change what a request
-means and that Tandem does not implement (n > 1, logprobs, tools, penalties, echo, ...) are
-refused with a 400 rather than silently dropped. ``response_format`` (JSON object or schema)
-is followed token by token (engine.decode.grammar).
+means and that Tandem does not implement (n > 1, logprobs, penalties, echo, ...) are refused
+with a 400 rather than silently dropped. ``response_format`` (JSON object or schema) is
+followed token by token (engine.decode.grammar); ``tools`` go to the chat template and come
+back as calls (engine.serving.tool_calls).
 """
 from __future__ import annotations
 
@@ -43,27 +44,66 @@ class TextPart(_Lenient):
     text: str
 
 
+class FunctionCall(_Lenient):
+    name: str
+    arguments: str = "{}"
+
+
+class AssistantToolCall(_Lenient):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(_Lenient):
-    # "developer" is OpenAI's newer name for "system"; tool and function turns need tools.
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart]
+    # "developer" is OpenAI's newer name for "system"; a "tool" turn is a tool's result.
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    tool_calls: list[AssistantToolCall] | None = None  # an assistant turn's earlier calls
+    tool_call_id: str | None = None
 
     @field_validator("content", mode="before")
     @classmethod
     def _text_only(cls, value):
-        # One clear message instead of one per branch of the union (images, audio, null, ...).
-        if isinstance(value, str) or (isinstance(value, list) and all(
+        # One clear message instead of one per branch of the union (images, audio, ...).
+        if value is None or isinstance(value, str) or (isinstance(value, list) and all(
                 isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in value)):
             return value
         raise ValueError("content must be a string or a list of {\"type\": \"text\", \"text\": ...} parts")
 
     def text(self) -> str:
+        if self.content is None:
+            return ""
         if isinstance(self.content, str):
             return self.content
         return "\n".join(part.text for part in self.content)
 
     def for_template(self) -> dict:
-        return {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        turn = {"role": "system" if self.role == "developer" else self.role, "content": self.text()}
+        if self.tool_calls:
+            # Chat templates write the arguments with tojson: they take them as a mapping.
+            turn["tool_calls"] = [{"type": "function", "function": {"name": c.function.name,
+                                                                    "arguments": _arguments(c.function.arguments)}}
+                                  for c in self.tool_calls]
+        return turn
+
+
+def _arguments(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+class FunctionSpec(_Lenient):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict | None = None
+
+
+class Tool(_Lenient):
+    type: Literal["function"]
+    function: FunctionSpec
 
 
 class StreamOptions(_Lenient):
@@ -156,16 +196,55 @@ class ChatCompletionRequest(GenerationFields):
     messages: list[Message] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
-    tools: list[Any] | None = None
+    tools: list[Tool] | None = Field(None, max_length=128)
+    tool_choice: Literal["none", "auto", "required"] | dict | None = None
+    parallel_tool_calls: bool | None = None
     functions: list[Any] | None = None
 
     def check_supported(self) -> None:
         super().check_supported()
         if self.logprobs:
             raise ApiError(400, "logprobs are not supported", param="logprobs", code="unsupported_parameter")
-        for name in ("tools", "functions"):
-            if getattr(self, name):
-                raise ApiError(400, f"{name} are not supported", param=name, code="unsupported_parameter")
+        if self.functions:
+            raise ApiError(400, "functions are not supported: send tools", param="functions",
+                           code="unsupported_parameter")
+        for i, message in enumerate(self.messages):
+            if message.content is None and not (message.role == "assistant" and message.tool_calls):
+                raise ApiError(400, "content may be null only in an assistant message with tool_calls",
+                               param=f"messages.{i}.content", code="invalid_value")
+            # As OpenAI: a tool's result answers a call the assistant made just before.
+            before = self.messages[i - 1] if i else None
+            if message.role == "tool" and not (before and (before.tool_calls or before.role == "tool")):
+                raise ApiError(400, "a tool message must follow an assistant message with tool_calls",
+                               param=f"messages.{i}.role", code="invalid_value")
+        if self.tools and self.output_format() is not None:
+            raise ApiError(400, "tools and a JSON response_format at once are not supported", param="response_format",
+                           code="unsupported_value")
+        self.forced_tool()
+
+    def tools_offered(self) -> list[dict] | None:
+        """The tools for the chat template (none where tool_choice is "none")."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        return [t.model_dump(exclude_none=True) for t in self.tools]
+
+    def forced_tool(self) -> tuple[bool, str | None] | None:
+        """None where the model may answer in text; else (True, the function's name or None for
+        any of the tools) where tool_choice requires a call."""
+        choice = self.tool_choice
+        if not self.tools or choice in (None, "auto", "none"):
+            return None
+        if choice == "required":
+            return True, None
+        function = choice.get("function") if isinstance(choice, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
+        if choice.get("type") != "function" or not isinstance(name, str):
+            raise ApiError(400, "tool_choice must be 'none', 'auto', 'required' or {\"type\": \"function\", "
+                                "\"function\": {\"name\": ...}}", param="tool_choice", code="invalid_value")
+        if name not in {t.function.name for t in self.tools}:
+            raise ApiError(400, f"tool_choice names {name!r}, which is not one of the tools", param="tool_choice",
+                           code="invalid_value")
+        return True, name
 
     def requested_max_tokens(self) -> int | None:
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens

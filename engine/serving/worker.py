@@ -182,11 +182,17 @@ class EngineWorker:
     def has_draft_model(self) -> bool:
         return self.session.model_drafter is not None
 
-    def encode_chat(self, messages: list[dict]) -> list[int]:
+    @property
+    def chat_template(self) -> str | None:
+        template = getattr(self._tokenizer, "chat_template", None)
+        return template if isinstance(template, str) else None
+
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         tok = self._tokenizer
         with self._tokenizer_lock:
             if getattr(tok, "chat_template", None):
-                encoded = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+                encoded = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True,
+                                                  return_dict=True)
                 return list(encoded["input_ids"])
             return list(tok("\n".join(m["content"] for m in messages))["input_ids"])
 
