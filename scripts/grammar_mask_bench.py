@@ -44,14 +44,14 @@ def bench_llguidance(tokenizer, n_vocab, eos, schema, ids):
     import llguidance
     import llguidance.hf
 
-    from engine.decode.grammar import WHITESPACE
+    from engine.core.settings import JSON_WHITESPACE
 
     t = time.perf_counter()
     lt = llguidance.hf.from_tokenizer(tokenizer, n_vocab=n_vocab, eos_token=eos)
     vocab_s = time.perf_counter() - t
     t = time.perf_counter()
     matcher = llguidance.LLMatcher(lt, llguidance.LLMatcher.grammar_from_json_schema(
-        schema, overrides={"whitespace_pattern": WHITESPACE}))
+        schema, overrides={"whitespace_pattern": JSON_WHITESPACE}))
     compile_s = time.perf_counter() - t
     costs = []
     for token in ids:

@@ -90,6 +90,12 @@ DEFAULT_MIN_CONFIDENCE = 0.4
 MAX_DRAFT_LENGTH = 32
 
 
+# Between JSON tokens in a constrained output: nothing, one space, or a newline and an
+# indentation. A model may not pad with endless whitespace (llguidance's flexible default
+# allows any run, and small models do loop on newlines there); it still reads as pretty JSON.
+JSON_WHITESPACE = r"(\x20|\n[\x20\t]{0,20})?"
+
+
 @dataclass(frozen=True)
 class OutputFormat:
     """What the output must be: ``json_object`` any JSON object, ``json_schema`` one that follows

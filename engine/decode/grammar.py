@@ -27,12 +27,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-from engine.core.settings import InvalidRequest, OutputFormat
+from engine.core.settings import JSON_WHITESPACE, InvalidRequest, OutputFormat
 
-# Between JSON tokens: nothing, one space, or a newline and an indentation. A model may not
-# pad its output with endless whitespace (llguidance's flexible default allows any run, and
-# small models do loop on newlines there); what it writes still reads as pretty JSON.
-WHITESPACE = r"(\x20|\n[\x20\t]{0,20})?"
 # A schema is a request field: bounded like the rest of the body, far above real ones.
 MAX_SCHEMA_CHARS = 256 * 1024
 
@@ -47,7 +43,7 @@ def grammar_for(output_format: OutputFormat) -> str:
     if output_format.kind == "lark":
         return llguidance.LLMatcher.grammar_from_lark(output_format.schema)
     schema = json.loads(output_format.schema) if output_format.schema else {"type": "object"}
-    return llguidance.LLMatcher.grammar_from_json_schema(schema, overrides={"whitespace_pattern": WHITESPACE})
+    return llguidance.LLMatcher.grammar_from_json_schema(schema, overrides={"whitespace_pattern": JSON_WHITESPACE})
 
 
 def check_output_format(output_format: OutputFormat) -> None:

@@ -25,7 +25,7 @@ from engine.core.settings import DecodeSettings, OutputFormat
 from engine.serving import metrics
 from engine.serving.guard import require_json
 from engine.serving.responses import ReplyShape, timings
-from engine.serving.tool_calls import StreamSplitter, call_grammar, marker_ids, template_writes_calls
+from engine.tools.calls import StreamSplitter, call_grammar, marker_ids, template_writes_calls
 from engine.serving.schemas import (ApiError, ChatCompletionRequest, CompletionRequest, GenerationFields,
                                     SpeculativeOptions, parse_body)
 from engine.serving.worker import EngineWorker, GenerationRequest, Job, QueueFull

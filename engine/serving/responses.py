@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from engine.core.events import Finished
-from engine.serving.tool_calls import ToolCall, parse
+from engine.tools.calls import ToolCall, parse
 
 # The engine's finish reasons in OpenAI's words.
 FINISH_REASONS = {"eos": "stop", "stop_string": "stop", "max_new_tokens": "length", "cancelled": "cancelled"}

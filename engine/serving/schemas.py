@@ -4,7 +4,7 @@ Unknown fields are ignored (clients send many), but fields that would change wha
 means and that Tandem does not implement (n > 1, logprobs, penalties, echo, ...) are refused
 with a 400 rather than silently dropped. ``response_format`` (JSON object or schema) is
 followed token by token (engine.decode.grammar); ``tools`` go to the chat template and come
-back as calls (engine.serving.tool_calls).
+back as calls (engine.tools.calls).
 """
 from __future__ import annotations
 

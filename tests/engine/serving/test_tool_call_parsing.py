@@ -1,9 +1,9 @@
-"""Reading a reply's tool calls, whole and while it streams (engine.serving.tool_calls)."""
+"""Reading a reply's tool calls, whole and while it streams (engine.tools.calls)."""
 import json
 
 import pytest
 
-from engine.serving.tool_calls import StreamSplitter, ToolCall, call_grammar, parse, template_writes_calls
+from engine.tools.calls import StreamSplitter, ToolCall, call_grammar, parse, template_writes_calls
 
 NAMES = frozenset({"get_weather", "search_code"})
 BLOCK = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Lisbon"}}\n</tool_call>'

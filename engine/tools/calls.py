@@ -24,7 +24,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from engine.decode.grammar import WHITESPACE
+from engine.core.settings import JSON_WHITESPACE
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
@@ -161,7 +161,7 @@ def call_schema(tools: list[dict], name: str | None = None) -> dict:
     if not choices:
         raise ValueError(f"tool_choice names {name!r}, which is not one of the tools")
     schema = choices[0] if len(choices) == 1 else {"anyOf": choices}
-    return {**schema, "x-guidance": {"whitespace_pattern": WHITESPACE}}
+    return {**schema, "x-guidance": {"whitespace_pattern": JSON_WHITESPACE}}
 
 
 def marker_ids(tokenizer) -> tuple[int | None, int | None]:
