@@ -4,6 +4,12 @@ For every prompt, in this order: our plain, our speculative, transformers' plain
 transformers' generate with ``assistant_model``. All greedy on the same prompt ids, so their
 outputs can be compared token for token.
 
+``mode="sample"`` times what users run instead (the server samples at T=1.0 by default): each
+prompt at several seeds, plain and speculative alternating at each, one row per seed under the
+prompt's row, and the geometric mean over every (prompt, seed) pair with its spread. Sampled
+outputs are not compared across the two (both are draws from the same distribution); the same
+seed run twice must give the same output. transformers' references are greedy only.
+
 ``baseline_plain`` times plain decoding of the same prompts by another session (the bf16 target
 when the bench runs an int8 one), so one run shows what quantizing the target buys on its own.
 """
@@ -13,15 +19,17 @@ import json
 import logging
 import math
 import resource
+import statistics
 import time
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import torch
 
 from engine.bench.draft_agreement import draft_agreement, full_head_like
 from engine.bench.step_costs import measure_step_costs
+from engine.core.events import Tokens
 from engine.core.settings import DecodeSettings, InvalidRequest, check_prompt
 from engine.decode.divergence import first_difference
 from engine.session.compare import drain, warm_up
@@ -95,8 +103,38 @@ def select_prompts(prompts: list[dict], categories: list[str] | None = None, lim
     return prompts[:limit] if limit else prompts
 
 
+class _PositionCounts:
+    """Per draft position, over a run's steps: how often it was drafted and accepted (counts,
+    so runs pool into one acceptance-by-position; RunStats holds the ratios only)."""
+
+    def __init__(self) -> None:
+        self.drafted: list[int] = []
+        self.accepted: list[int] = []
+
+    def __call__(self, event) -> None:
+        if isinstance(event, Tokens) and event.drafted:
+            while len(self.drafted) < event.drafted:
+                self.drafted.append(0)
+                self.accepted.append(0)
+            for i in range(event.drafted):
+                self.drafted[i] += 1
+                self.accepted[i] += i < event.accepted
+
+
+def by_position(drafted: Sequence[int], accepted: Sequence[int]) -> list[float]:
+    return [a / d if d else 0.0 for a, d in zip(accepted, drafted)]
+
+
+def _add_counts(into: tuple[list[int], list[int]], drafted: Sequence[int], accepted: Sequence[int]) -> None:
+    for total, counts in zip(into, (drafted, accepted)):
+        total.extend([0] * (len(counts) - len(total)))
+        for i, n in enumerate(counts):
+            total[i] += n
+
+
 def _ours(events) -> dict:
-    result = drain(events)
+    counts = _PositionCounts()
+    result = drain(events, counts)
     s = result.stats
     return {
         "new_tokens": s.new_tokens,
@@ -105,6 +143,8 @@ def _ours(events) -> dict:
         "decode_tok_per_s": s.decode_tok_per_s,
         "ttft_s": s.ttft_s,
         "token_ids": list(result.token_ids),
+        "drafted_at": counts.drafted,
+        "accepted_at": counts.accepted,
         "stats": asdict(s),
     }
 
@@ -112,7 +152,8 @@ def _ours(events) -> dict:
 def _speculative(session: Session, ids: list[int], settings: DecodeSettings, drafter: DrafterKind) -> dict:
     spec = _ours(session.speculative(ids, settings, drafter))
     s = spec["stats"]
-    spec.update(drafted=s["drafted"], accepted=s["accepted"], acceptance=s["acceptance"], mean_accepted_per_pass=s["mean_accepted_per_pass"], tokens_per_pass=s["tokens_per_pass"])
+    spec.update(drafted=s["drafted"], accepted=s["accepted"], acceptance=s["acceptance"], mean_accepted_per_pass=s["mean_accepted_per_pass"], tokens_per_pass=s["tokens_per_pass"],
+                acceptance_by_position=by_position(spec["drafted_at"], spec["accepted_at"]))
     used = session.drafter(drafter)
     if hasattr(used, "lookup_steps"):  # which source drafted each pass (LookupFirstDrafter)
         spec.update(lookup_steps=used.lookup_steps, model_steps=used.model_steps)
@@ -185,6 +226,53 @@ def geomean(values: list[float]) -> float:
     return math.exp(sum(map(math.log, values)) / len(values)) if values else 0.0
 
 
+# Two-sided 95% quantiles of Student's t, by degrees of freedom (1-30); 1.96 beyond.
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def spread(values: list[float]) -> dict | None:
+    """A geometric mean's spread: min, max, and a 95% interval of the geometric mean (the mean of
+    the logs +- t * their standard error, treating the values as independent draws)."""
+    values = [v for v in values if v and v > 0]
+    if not values:
+        return None
+    logs = [math.log(v) for v in values]
+    out = {"n": len(values), "geomean": geomean(values), "min": min(values), "max": max(values), "ci95": None}
+    if len(logs) > 1:
+        half = (_T95[len(logs) - 2] if len(logs) - 1 <= len(_T95) else 1.96) * statistics.stdev(logs) / math.sqrt(len(logs))
+        mean = statistics.fmean(logs)
+        out["ci95"] = [math.exp(mean - half), math.exp(mean + half)]
+    return out
+
+
+def _pooled(runs: list[dict]) -> dict:
+    """One lane's runs of a prompt at several seeds, as one run: rates as geometric means (so the
+    ratio of two lanes' is the geometric mean of the per-seed ratios), counts summed, acceptance
+    pooled over every drafted token."""
+    stats_keys = ("new_tokens", "seconds", "target_passes", "drafted", "accepted", "draft_seconds", "verify_seconds")
+    stats = {k: sum(r["stats"][k] for r in runs) for k in stats_keys}
+    drafted_at: list[int] = []
+    accepted_at: list[int] = []
+    for r in runs:
+        _add_counts((drafted_at, accepted_at), r["drafted_at"], r["accepted_at"])
+    out = {"pooled_runs": len(runs), "new_tokens": stats["new_tokens"], "seconds": stats["seconds"],
+           "tok_per_s": geomean([r["tok_per_s"] for r in runs]),
+           "decode_tok_per_s": geomean([r["decode_tok_per_s"] for r in runs]),
+           "ttft_s": statistics.fmean(r["ttft_s"] for r in runs if r["ttft_s"] is not None) if any(r["ttft_s"] is not None for r in runs) else None,
+           "drafted_at": drafted_at, "accepted_at": accepted_at, "stats": stats}
+    if "acceptance" in runs[0]:
+        passes = stats["target_passes"]
+        out.update(drafted=stats["drafted"], accepted=stats["accepted"],
+                   acceptance=stats["accepted"] / stats["drafted"] if stats["drafted"] else 0.0,
+                   mean_accepted_per_pass=stats["accepted"] / passes if passes else 0.0,
+                   tokens_per_pass=(stats["accepted"] + passes) / passes if passes else 0.0,
+                   acceptance_by_position=by_position(drafted_at, accepted_at))
+        if "lookup_steps" in runs[0]:
+            out.update(lookup_steps=sum(r["lookup_steps"] for r in runs), model_steps=sum(r["model_steps"] for r in runs))
+    return out
+
+
 def _step_cost_ratio(plain: dict, spec: dict) -> dict:
     """Per prompt, from the runs themselves: ms per draft step over ms per plain target step."""
     p, s = plain["stats"], spec["stats"]
@@ -195,7 +283,8 @@ def _step_cost_ratio(plain: dict, spec: dict) -> dict:
 
 def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafter: DrafterKind = "model", progress=print,
               hf: bool = True, agreement: bool = True, baseline: dict | None = None, repeats: int = 1,
-              on_report: Callable[[dict], None] | None = None) -> dict:
+              on_report: Callable[[dict], None] | None = None, mode: str = "greedy", temperature: float = 1.0,
+              seeds: Sequence[int] = (0, 1, 2), more_settings: Callable[[], dict] | None = None) -> dict:
     """``hf``: also run transformers' plain and assisted generate as references. ``agreement``:
     also measure the drafter's teacher-forced agreement with the target's output, full vocabulary
     vs the reduced head (see engine.bench.draft_agreement). ``baseline``: ``baseline_plain``'s result
@@ -203,10 +292,19 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
     and speculative decoding of each prompt this many times, alternating, and report each one's
     median run (on a shared machine one run's speed can be off by 30%). ``on_report``: called
     with the report so far after every prompt (``"complete": False``) and with the final one, so
-    a caller can save it as it grows: a later failure then keeps the earlier prompts' results."""
+    a caller can save it as it grows: a later failure then keeps the earlier prompts' results.
+    ``mode`` "sample": each prompt at ``temperature`` for every seed of ``seeds`` (see the module's
+    doc; ``hf`` is ignored there). ``more_settings``: called for each report, its dict merged into
+    the report's settings (e.g. the background load that ran)."""
     if repeats < 1:
         raise ValueError("repeats must be at least 1")
-    settings = DecodeSettings(max_new_tokens=max_new_tokens)
+    sampled = mode == "sample"
+    seeds = list(seeds) if sampled else []
+    if sampled and (not seeds or len(set(seeds)) != len(seeds)):
+        raise InvalidRequest(f"sampling needs one or more distinct seeds, not {seeds}")
+    settings = (DecodeSettings(mode="sample", temperature=temperature, max_new_tokens=max_new_tokens) if sampled
+                else DecodeSettings(max_new_tokens=max_new_tokens))
+    hf = hf and not sampled
     warmed = warm_up_bench(session, session.encode(prompts[0]["prompt"]), drafter)
     progress(f"warmed up (untimed): {warmed['plain_tokens']} plain and {warmed['speculative_tokens']} speculative "
              f"tokens of {prompts[0]['id']} in {warmed['seconds']:.1f} s")
@@ -224,29 +322,53 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
 
     def report(complete: bool) -> dict:
         found = _report(session, results, step_costs, head, baseline, max_new_tokens, drafter, repeats)
-        found["settings"]["warm_up"] = warmed
+        found["settings"].update(warm_up=warmed, mode=settings.mode, hf=hf,
+                                 temperature=settings.temperature if sampled else None, seeds=seeds or None)
+        if more_settings is not None:
+            found["settings"].update(more_settings())
         return {"complete": complete, "prompts_planned": len(prompts), **found}
 
     for item in prompts:
         ids = session.encode(item["prompt"])
         row = {"id": item["id"], "category": item["category"], "prompt_tokens": len(ids)}
-        # Plain and speculative alternate, so a machine whose speed drifts slows both alike.
-        plains, specs = [], []
-        for _ in range(repeats):
-            # Every run a first turn: none finds an earlier run's prefix in a kept cache.
-            session.forget_prefixes()
-            plains.append(_ours(session.plain(ids, settings)))
-            session.forget_prefixes()
-            specs.append(_speculative(session, ids, settings, drafter))
-        row["plain"], spec = _median_run(plains), _median_run(specs)
-        row["speculative"] = spec
-        row["all_runs_identical"] = all(r["token_ids"] == plains[0]["token_ids"] for r in plains + specs)
+        if sampled:
+            row["seeds"] = []
+            for seed in seeds:
+                plain, spec, _ = _timed_pair(session, ids, replace(settings, seed=seed), drafter, repeats)
+                seed_row = {"seed": seed, "plain": plain, "speculative": spec,
+                            "speedup_vs_plain": spec["tok_per_s"] / plain["tok_per_s"],
+                            "decode_speedup_vs_plain": (spec["decode_tok_per_s"] / plain["decode_tok_per_s"]
+                                                        if plain["decode_tok_per_s"] else None)}
+                row["seeds"].append(seed_row)
+                progress(f"{item['id']:<14} seed {seed:<6} plain {plain['tok_per_s']:5.2f} tok/s  spec {spec['tok_per_s']:5.2f} "
+                         f"(decode {plain['decode_tok_per_s']:.2f} -> {spec['decode_tok_per_s']:.2f}, "
+                         + (f"{seed_row['decode_speedup_vs_plain']:.2f}x" if seed_row["decode_speedup_vs_plain"] else "-")
+                         + f", acc {spec['acceptance']:.2f}, {spec['tokens_per_pass']:.2f} tok/pass, "
+                         f"{plain['new_tokens']}/{spec['new_tokens']} tokens)")
+            row["plain"] = _pooled([r["plain"] for r in row["seeds"]])
+            row["speculative"] = spec = _pooled([r["speculative"] for r in row["seeds"]])
+            # Plain decoding at one seed repeats its output. Speculative decoding at one seed need
+            # not: the adaptive draft length follows measured step times, and a different draft
+            # length draws the one generator's numbers in another order (every output is still a
+            # valid sample; a fixed draft length repeats). The seeds give different outputs (with
+            # one seed, or a tiny model, they may still agree).
+            row["plain_repeats_identical"] = all(r["plain"]["repeats_identical"] for r in row["seeds"])
+            row["speculative_repeats_identical"] = all(r["speculative"]["repeats_identical"] for r in row["seeds"])
+            row["all_runs_identical"] = row["plain_repeats_identical"] and row["speculative_repeats_identical"]
+            row["seeds_differ"] = len({tuple(r["plain"]["token_ids"]) for r in row["seeds"]}) > 1
+            row["decode_speedup_spread"] = spread([r["decode_speedup_vs_plain"] for r in row["seeds"]])
+        else:
+            row["plain"], spec, row["all_runs_identical"] = _timed_pair(session, ids, settings, drafter, repeats)
+            row["speculative"] = spec
         if hf:
             row["hf_plain"] = _hf(session, ids, max_new_tokens, assisted=False)
             if session.drafter_model is not None:
                 row["hf_assisted"] = _hf(session, ids, max_new_tokens, assisted=True)
-        row["identical"] = row["plain"]["token_ids"] == spec["token_ids"] and row["all_runs_identical"]
-        row["first_divergence"] = first_difference(row["plain"]["token_ids"], spec["token_ids"])
+        if sampled:  # two valid draws from one distribution: not compared token for token
+            row["identical"] = row["first_divergence"] = None
+        else:
+            row["identical"] = row["plain"]["token_ids"] == spec["token_ids"] and row["all_runs_identical"]
+            row["first_divergence"] = first_difference(row["plain"]["token_ids"], spec["token_ids"])
         row["speedup_vs_plain"] = spec["tok_per_s"] / row["plain"]["tok_per_s"]
         # Without the prefill both runs share (llama.cpp's tg rates compare this way).
         row["decode_speedup_vs_plain"] = (spec["decode_tok_per_s"] / row["plain"]["decode_tok_per_s"]
@@ -256,7 +378,8 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
         if model_drafter is not None:
             row["step_costs"] = _step_cost_ratio(row["plain"], spec)
         if full_head is not None:
-            found = draft_agreement(session.drafter_model.model, head, full_head, ids, row["plain"]["token_ids"])
+            text = row["seeds"][0]["plain"] if sampled else row["plain"]  # along the (first seed's) plain output
+            found = draft_agreement(session.drafter_model.model, head, full_head, ids, text["token_ids"])
             row["agreement"] = None if found is None else {"full": found.full, "reduced": found.reduced}
         results.append(row)
         if on_report is not None:
@@ -274,12 +397,32 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
             + (f"agree full {agree['full']:.2f} reduced {agree['reduced']:.2f}  " if agree else "")
             + (f"hf {row['hf_plain']['tok_per_s']:5.2f}  hf-assisted {row.get('hf_assisted', {}).get('tok_per_s', 0):5.2f}  " if hf else "")
             + (f"plain at {baseline['precision']} {row['baseline_plain']['tok_per_s']:5.2f}  " if "baseline_plain" in row else "")
-            + f"{'identical' if row['identical'] else 'DIFFERS at ' + str(row['first_divergence'])}"
+            + (f"over {len(seeds)} seeds at T={settings.temperature:g}"
+               + ("" if row["plain_repeats_identical"] else ", PLAIN REPEATS DIFFER")
+               if sampled else f"{'identical' if row['identical'] else 'DIFFERS at ' + str(row['first_divergence'])}")
         )
     final = report(complete=True)
     if on_report is not None:
         on_report(final)
     return final
+
+
+def _timed_pair(session: Session, ids: list[int], settings: DecodeSettings, drafter: DrafterKind,
+                repeats: int) -> tuple[dict, dict, bool]:
+    """Plain and speculative decoding of ``ids``, ``repeats`` times each, alternating (so a machine
+    whose speed drifts slows both alike): each lane's median run (``repeats_identical``: whether
+    that lane's repeats made one output) and whether every run of both made the same output."""
+    plains, specs = [], []
+    for _ in range(repeats):
+        # Every run a first turn: none finds an earlier run's prefix in a kept cache.
+        session.forget_prefixes()
+        plains.append(_ours(session.plain(ids, settings)))
+        session.forget_prefixes()
+        specs.append(_speculative(session, ids, settings, drafter))
+    plain, spec = _median_run(plains), _median_run(specs)
+    plain["repeats_identical"] = all(r["token_ids"] == plains[0]["token_ids"] for r in plains)
+    spec["repeats_identical"] = all(r["token_ids"] == specs[0]["token_ids"] for r in specs)
+    return plain, spec, all(r["token_ids"] == plains[0]["token_ids"] for r in plains + specs)
 
 
 def _report(session: Session, results: list[dict], step_costs: dict | None, head, baseline: dict | None,
@@ -330,7 +473,25 @@ def summarize(results: list[dict]) -> dict:
                             "agreement_full": agreement(rows, "full"),
                             "agreement_reduced": agreement(rows, "reduced")}
     code_rewrite = [r for r in results if r["category"] in ("code", "rewrite")]
+    compared = [r for r in results if r.get("identical") is not None]
+    # Every timed pair: one per prompt (greedy), one per (prompt, seed) (sampled).
+    pairs = [(r["id"], s["seed"], s) for r in results for s in r["seeds"]] if any("seeds" in r for r in results) else \
+        [(r["id"], None, r) for r in results]
+    drafted_at: list[int] = []
+    accepted_at: list[int] = []
+    for r in results:
+        if "drafted_at" in r["speculative"]:
+            _add_counts((drafted_at, accepted_at), r["speculative"]["drafted_at"], r["speculative"]["accepted_at"])
+    seeds = sorted({seed for _, seed, _ in pairs if seed is not None})
     return {
+        # The geometric mean over every timed pair (decode_speedup_vs_plain, below) and its spread.
+        "decode_speedup_spread": spread([p["decode_speedup_vs_plain"] for _, _, p in pairs]),
+        "speedup_spread": spread([p["speedup_vs_plain"] for _, _, p in pairs]),
+        "decode_speedup_by_seed": {str(seed): geomean([p["decode_speedup_vs_plain"] or 0 for _, s, p in pairs if s == seed])
+                                   for seed in seeds} or None,
+        # Over every drafted token of every speculative run: at draft position i, the fraction accepted.
+        "acceptance_by_position": by_position(drafted_at, accepted_at),
+        "drafted_by_position": drafted_at,
         "speedup_vs_plain": ratio("speculative", "plain"),
         "speedup_vs_plain_code_rewrite": ratio("speculative", "plain", code_rewrite) if code_rewrite else None,
         "speedup_vs_hf_assisted": ratio("speculative", "hf_assisted"),
@@ -341,7 +502,8 @@ def summarize(results: list[dict]) -> dict:
         "speculative_tok_per_s": tok_per_s("speculative", results),
         **decode(results),
         "hf_assisted_vs_hf_plain": ratio("hf_assisted", "hf_plain"),
-        "identical_fraction": sum(r["identical"] for r in results) / len(results),
+        # Greedy rows only (sampled ones are not compared token for token): None for a sampled bench.
+        "identical_fraction": (sum(r["identical"] for r in compared) / len(compared)) if compared else None,
         "c_mean": mean([r.get("step_costs", {}).get("c") for r in results]),
         "agreement_full": agreement(results, "full"),
         "agreement_reduced": agreement(results, "reduced"),

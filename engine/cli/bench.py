@@ -9,8 +9,32 @@ from engine.cli.common import check_writable, default_model_paths, drafter_optio
 from engine.core.paths import RESOURCES
 
 
+def parse_seeds(text: str) -> list[int]:
+    """--seeds: "N" (a count: seeds 0 to N-1) or "S1,S2,..." (these seeds; "7," is seed 7 alone)."""
+    from engine.core.settings import InvalidRequest
+
+    parts = [p.strip() for p in text.split(",")]
+    try:
+        numbers = [int(p) for p in parts if p]
+    except ValueError:
+        raise InvalidRequest(f"--seeds takes a count N or a list S1,S2,... of whole numbers, not {text!r}") from None
+    if not numbers:
+        raise InvalidRequest(f"--seeds takes a count N or a list S1,S2,... of whole numbers, not {text!r}")
+    if len(parts) == 1:
+        if numbers[0] < 1:
+            raise InvalidRequest(f"--seeds N must be at least 1, not {numbers[0]}")
+        return list(range(numbers[0]))
+    seeds = numbers
+    if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        raise InvalidRequest(f"--seeds must list distinct seeds >= 0, not {text!r}")
+    return seeds
+
+
 def run(args) -> int:
+    import contextlib
     import gc
+
+    from engine.bench.background_load import BackgroundLoad
 
     from engine.bench.suite import baseline_plain, read_prompts, run_bench, select_prompts
     from engine.core.settings import DecodeSettings, InvalidRequest
@@ -22,7 +46,19 @@ def run(args) -> int:
         raise InvalidRequest(f"--repeats must be at least 1, not {args.repeats}")
     if args.threads < 0:
         raise InvalidRequest(f"--threads must be >= 0 (0: torch's choice), not {args.threads}")
-    DecodeSettings(max_new_tokens=args.max_new_tokens)
+    if args.mode == "sample":
+        seeds = parse_seeds(args.seeds or "3")
+        for seed in seeds:
+            DecodeSettings(mode="sample", temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=seed)
+    else:
+        if args.seeds is not None:
+            raise InvalidRequest("--seeds applies to --mode sample (greedy decoding has no seed)")
+        seeds = []
+        DecodeSettings(max_new_tokens=args.max_new_tokens)
+    if args.background_load < 0:
+        raise InvalidRequest(f"--background-load must be >= 0 busy threads, not {args.background_load}")
+    if not args.memory_pressure >= 0:
+        raise InvalidRequest(f"--memory-pressure must be >= 0 GB, not {args.memory_pressure}")
     drafter_options(args)
     prompts = select_prompts(read_prompts(args.prompts), args.category, args.limit)
     out = check_writable(Path(args.json))
@@ -41,11 +77,36 @@ def run(args) -> int:
         del other
         gc.collect()
     session = load_session(args)
-    # Saved after every prompt: a failure (or Ctrl-C) later keeps the results so far.
-    report = run_bench(session, prompts, args.max_new_tokens, args.drafter, hf=not args.no_hf, agreement=not args.no_agreement,
-                       baseline=baseline, repeats=args.repeats, on_report=lambda r: write_json_atomically(out, r))
+    from kernels import cpu_kernel_report
+
+    kernels = cpu_kernel_report()  # which backends and tile sets ran (compiled by the load already)
+    print(f"CPU kernels: {kernels}", file=sys.stderr)
+    if args.mode == "sample" and not args.no_hf:
+        print("note: transformers' reference runs are greedy only; a sampled bench skips them", file=sys.stderr)
+    load = BackgroundLoad(args.background_load, args.memory_pressure)
+    with load if load.active else contextlib.nullcontext():
+        if load.active:
+            print(f"background load: {args.background_load} busy threads, {args.memory_pressure:g} GB held"
+                  " (child processes, stopped at the end)", file=sys.stderr)
+        # Saved after every prompt: a failure (or Ctrl-C) later keeps the results so far.
+        report = run_bench(session, prompts, args.max_new_tokens, args.drafter, hf=not args.no_hf, agreement=not args.no_agreement,
+                           baseline=baseline, repeats=args.repeats, on_report=lambda r: write_json_atomically(out, r),
+                           mode=args.mode, temperature=args.temperature, seeds=seeds,
+                           more_settings=lambda: {"cpu_kernels": kernels,
+                                                  "background_load": load.describe() if load.active else None})
     summary = {k: v for k, v in report["summary"].items() if k != "by_category"}
     print(json.dumps({"step_costs": report["step_costs"], **summary}, indent=1))
+    found = report["summary"]["decode_speedup_spread"]
+    if found:
+        what = f"{len(seeds)} seeds at T={args.temperature:g}" if seeds else "greedy"
+        ci = f", 95% interval {found['ci95'][0]:.2f}-{found['ci95'][1]:.2f}x" if found["ci95"] else ""
+        print(f"decode speedup ({what}): geometric mean {found['geomean']:.2f}x over {found['n']} runs, "
+              f"min {found['min']:.2f}x, max {found['max']:.2f}x{ci}")
+        print("acceptance by draft position: " + " ".join(f"{a:.2f}" for a in report["summary"]["acceptance_by_position"]))
+    if load.active:
+        used = report["settings"]["background_load"]
+        cores = f"{used['busy_cores']:.2f} cores busy on average" if used.get("busy_cores") is not None else "busy cores unknown"
+        print(f"background load: {args.background_load} threads ({cores}), {args.memory_pressure:g} GB held")
     for cat, row in report["summary"]["by_category"].items():
         agree = (f"  agreement full {row['agreement_full']:.3f} reduced {row['agreement_reduced']:.3f}"
                  if row["agreement_full"] is not None else "")
@@ -75,5 +136,15 @@ def add_parser(sub) -> None:
                         " --precision int8 --baseline-precision fast: what quantizing the target buys; for the"
                         " default pair, --baseline-precision int4 times its converted folder next to its GGUF file)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--mode", choices=["greedy", "sample"], default="greedy",
+                   help="greedy (outputs compared token for token, the default) or sample: each prompt at every"
+                        " seed of --seeds, plain and speculative timed at each")
+    p.add_argument("--temperature", type=float, default=1.0, help="with --mode sample (default 1.0, the server's)")
+    p.add_argument("--seeds", default=None,
+                   help="with --mode sample: N (seeds 0 to N-1) or S1,S2,... (default 3)")
+    p.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="N busy threads in a child process during the timed runs (a busy machine; default 0)")
+    p.add_argument("--memory-pressure", type=float, default=0.0, metavar="GB",
+                   help="a child process holding this much RAM during the timed runs (less page cache; default 0)")
     model_options(p)
     p.set_defaults(func=run)

@@ -141,3 +141,104 @@ def test_the_bench_warms_up_untimed_before_its_first_timed_run(tmp_path):
     row = report["prompts"][0]
     assert row["plain"]["new_tokens"] == row["speculative"]["new_tokens"] == 6  # no warm-up token counted
     assert row["identical"]
+
+
+def _sampled_bench(tmp_path, *extra) -> dict:
+    target, drafter = save_pair(tmp_path)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "code-add", "category": "code", "prompt": "def add(a, b):"}) + "\n"
+                       + json.dumps({"id": "story", "category": "prose", "prompt": "Once upon a time"}) + "\n")
+    out = tmp_path / "bench.json"
+    code = main(["bench", "--target", str(target), "--drafter-model", str(drafter), "--prompts", str(prompts),
+                 "--json", str(out), "--no-hf", "--no-agreement", "--drafter-head", "full", "--max-new-tokens", "10",
+                 "--threads", "1", "--mode", "sample", "--temperature", "1.0", *extra])
+    assert code == 0
+    return json.loads(out.read_text())
+
+
+def test_a_sampled_bench_reports_every_seed_and_their_geometric_mean(tmp_path, capsys):
+    from engine.bench.suite import geomean
+
+    report = _sampled_bench(tmp_path, "--seeds", "3,11,12", "--repeats", "2")
+    settings = report["settings"]
+    assert settings["mode"] == "sample" and settings["temperature"] == 1.0 and settings["seeds"] == [3, 11, 12]
+    assert settings["hf"] is False and settings["background_load"] is None and settings["cpu_kernels"]
+    ratios = []
+    for row in report["prompts"]:
+        assert [s["seed"] for s in row["seeds"]] == [3, 11, 12]
+        for s in row["seeds"]:
+            assert s["plain"]["new_tokens"] > 0 and s["speculative"]["new_tokens"] > 0
+            assert s["decode_speedup_vs_plain"] == s["speculative"]["decode_tok_per_s"] / s["plain"]["decode_tok_per_s"]
+            ratios.append(s["decode_speedup_vs_plain"])
+        # The same seed twice (the repeats): the same output. Different seeds: different samples.
+        assert row["plain_repeats_identical"] and all(s["plain"]["repeats_identical"] for s in row["seeds"])
+        assert row["seeds_differ"]
+        assert len({tuple(s["plain"]["token_ids"]) for s in row["seeds"]}) > 1
+        assert row["identical"] is None  # sampled outputs are not compared token for token
+        assert row["decode_speedup_vs_plain"] == pytest.approx(geomean([s["decode_speedup_vs_plain"] for s in row["seeds"]]))
+        drafted = sum(s["speculative"]["drafted"] for s in row["seeds"])
+        accepted = sum(s["speculative"]["accepted"] for s in row["seeds"])
+        assert row["speculative"]["acceptance"] == pytest.approx(accepted / drafted)
+    summary = report["summary"]
+    assert len(ratios) == 6
+    # The geometric mean over prompts and seeds, from the per-seed rows, with its spread.
+    assert summary["decode_speedup_vs_plain"] == pytest.approx(geomean(ratios))
+    spread = summary["decode_speedup_spread"]
+    assert spread["n"] == 6 and spread["geomean"] == pytest.approx(geomean(ratios))
+    assert spread["min"] == min(ratios) and spread["max"] == max(ratios)
+    assert spread["ci95"][0] <= spread["geomean"] <= spread["ci95"][1]
+    assert set(summary["decode_speedup_by_seed"]) == {"3", "11", "12"}
+    assert summary["identical_fraction"] is None
+    by_pos, drafted = summary["acceptance_by_position"], summary["drafted_by_position"]
+    assert by_pos and len(by_pos) == len(drafted) and all(0 <= a <= 1 for a in by_pos)
+    assert drafted[0] == sum(s["speculative"]["drafted_at"][0] for r in report["prompts"] for s in r["seeds"]
+                             if s["speculative"]["drafted_at"])
+    out = capsys.readouterr().out
+    assert "decode speedup (3 seeds at T=1): geometric mean" in out and "acceptance by draft position:" in out
+
+
+def test_a_seed_count_means_seeds_from_zero_and_the_same_seed_samples_the_same(tmp_path):
+    first = _sampled_bench(tmp_path / "a", "--seeds", "2")
+    again = _sampled_bench(tmp_path / "b", "--seeds", "2")
+    assert first["settings"]["seeds"] == [0, 1]
+    for one, two in zip(first["prompts"], again["prompts"]):  # another process, the same seeds: the same samples
+        assert [s["plain"]["token_ids"] for s in one["seeds"]] == [s["plain"]["token_ids"] for s in two["seeds"]]
+
+
+def test_a_greedy_bench_keeps_its_report_and_adds_the_spread(tmp_path):
+    target, drafter = save_pair(tmp_path)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"id": "code-add", "category": "code", "prompt": "def add(a, b):"}) + "\n")
+    out = tmp_path / "bench.json"
+    assert main(["bench", "--target", str(target), "--drafter-model", str(drafter), "--prompts", str(prompts),
+                 "--json", str(out), "--no-hf", "--no-agreement", "--drafter-head", "full", "--max-new-tokens", "8",
+                 "--threads", "1"]) == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["mode"] == "greedy" and report["settings"]["seeds"] is None
+    [row] = report["prompts"]
+    assert "seeds" not in row and row["identical"] is True and report["summary"]["identical_fraction"] == 1.0
+    spread = report["summary"]["decode_speedup_spread"]
+    assert spread["n"] == 1 and spread["geomean"] == pytest.approx(row["decode_speedup_vs_plain"])
+    assert row["speculative"]["acceptance_by_position"] == report["summary"]["acceptance_by_position"]
+
+
+def test_a_bench_under_background_load_records_it(tmp_path):
+    report = _sampled_bench(tmp_path, "--seeds", "1,2", "--background-load", "1", "--memory-pressure", "0.05")
+    load = report["settings"]["background_load"]
+    assert load["threads"] == 1 and load["memory_gb"] == 0.05
+    assert load["busy_cpu_seconds"] > 0 and load["memory_rss_gb"] >= 0.045
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--seeds", "3"], "--seeds applies to --mode sample"),
+    (["--mode", "sample", "--seeds", "0"], "--seeds N must be at least 1"),
+    (["--mode", "sample", "--seeds", "1,1"], "distinct seeds"),
+    (["--mode", "sample", "--seeds", "a,b"], "--seeds takes a count N or a list"),
+    (["--mode", "sample", "--temperature", "0"], "temperature must be > 0"),
+    (["--background-load", "-1"], "--background-load must be >= 0"),
+    (["--memory-pressure", "-2"], "--memory-pressure must be >= 0"),
+])
+def test_bad_sampling_and_load_flags_are_refused_before_loading_a_model(tmp_path, capsys, flags, message):
+    code = main(["bench", "--target", str(tmp_path / "absent"), *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
