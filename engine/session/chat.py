@@ -2,16 +2,26 @@
 
 Speculation is on by default (the drafter is the caller's choice); each Tokens event comes with
 its text split by origin so a chat view can show which words the drafter got right.
+
+``chat_with_tools`` is a turn with tools (an MCP server's, engine.tools.mcp): the tools go to
+the chat template; where the reply calls some, each call goes to the caller's ``run_tool``
+(which asks the user, then runs it, or declines), its result joins the conversation as a
+``tool`` turn, and the model replies again, from the kept prefix: only the call's result is
+new to prefill. At most ``max_rounds`` replies a turn: a model that keeps calling stops there.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from engine.core.events import Failed, Tokens
+from engine.core.events import Failed, Finished, Tokens
 from engine.core.settings import DecodeSettings
 from engine.decode.token_origin import OriginTracker
 from engine.session.side_by_side import LaneEvent
+from engine.tools.calls import ToolCall, parse
+from engine.tools.mcp import ToolResult, ToolSpec
 
 if TYPE_CHECKING:
     from engine.session.session import DrafterKind, Session
@@ -25,14 +35,15 @@ def chat_reply(
     settings: DecodeSettings,
     drafter: DrafterKind = "model",
     cancel: Callable[[], bool] = lambda: False,
+    tools: list[dict] | None = None,
 ) -> Iterator[LaneEvent]:
-    """``messages``: [{"role": "user"|"assistant"|"system", "content": str}, ...], ending with
-    the user's turn."""
-    if not messages or messages[-1].get("role") != "user":
+    """``messages``: [{"role": "user"|"assistant"|"system"|"tool", "content": str, ...}, ...],
+    ending with the user's turn (or a tool's result); ``tools``: OpenAI ``tools`` entries."""
+    if not messages or messages[-1].get("role") not in ("user", "tool"):
         yield LaneEvent(CHAT, Failed("a chat turn needs the user's message last"))
         return
     try:
-        prompt_ids = session.encode(messages)
+        prompt_ids = session.encode(messages, tools=tools)
     except ValueError as exc:
         yield LaneEvent(CHAT, Failed(str(exc)))
         return
@@ -40,3 +51,74 @@ def chat_reply(
     for event in session.speculative(prompt_ids, settings, drafter, cancel):
         segments = origins.feed(event.token_ids, event.from_draft, event.text) if isinstance(event, Tokens) else ()
         yield LaneEvent(CHAT, event, segments)
+
+
+@dataclass(frozen=True)
+class ToolCallAsked:
+    """The reply called a tool; ``run_tool`` is asked next."""
+
+    call: ToolCall
+    round: int
+
+
+@dataclass(frozen=True)
+class ToolCallAnswered:
+    """A call's outcome: its result (as the model reads it), or declined by the user."""
+
+    call: ToolCall
+    result: ToolResult | None  # None: declined
+    round: int
+
+
+MAX_TOOL_ROUNDS = 4
+
+
+def chat_with_tools(
+    session: Session,
+    messages: list[dict],
+    settings: DecodeSettings,
+    tools: list[ToolSpec],
+    run_tool: Callable[[ToolCall], ToolResult | None],
+    drafter: DrafterKind = "model",
+    cancel: Callable[[], bool] = lambda: False,
+    max_rounds: int = MAX_TOOL_ROUNDS,
+) -> Iterator[LaneEvent | ToolCallAsked | ToolCallAnswered]:
+    """A chat turn with ``tools``: each reply's events as ``chat_reply``'s, then, where it
+    called tools, a ToolCallAsked and a ToolCallAnswered per call and the next reply. The last
+    LaneEvent's Finished is the turn's answer. ``messages`` is not changed; the turns the tools
+    added are in each ToolCallAnswered."""
+    offered = [t.to_openai() for t in tools]
+    names = frozenset(t.name for t in tools)
+    conversation = list(messages)
+    for round_ in range(1, max_rounds + 1):
+        finished = None
+        for item in chat_reply(session, conversation, settings, drafter, cancel, tools=offered or None):
+            if isinstance(item.event, Finished):
+                finished = item.event
+            yield item
+        if finished is None or finished.reason == "cancelled":
+            return
+        content, calls = parse(finished.text, names)
+        if not calls:
+            return
+        if round_ == max_rounds:
+            yield LaneEvent(CHAT, Failed(f"the model kept calling tools; stopped after {max_rounds} "
+                                         f"round{'s' if max_rounds != 1 else ''} of calls"))
+            return
+        conversation.append({"role": "assistant", "content": content or "", "tool_calls": [
+            {"type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}} for c in calls]})
+        for call in calls:
+            yield ToolCallAsked(call, round_)
+            result = run_tool(call)
+            yield ToolCallAnswered(call, result, round_)
+            text = result.text if result is not None else "The user declined to run this tool."
+            conversation.append({"role": "tool", "content": text})
+            if cancel():
+                return
+
+
+def _arguments(text: str):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text

@@ -127,9 +127,10 @@ class Session:
             return self.target.weights
         return "exact" if self.target.dtype == torch.float32 else "fast"
 
-    def encode(self, prompt: str | list[dict], chat: bool = True) -> list[int]:
+    def encode(self, prompt: str | list[dict], chat: bool = True, tools: list[dict] | None = None) -> list[int]:
         """Prompt ids: chat messages (or a single user message) through the chat template when
-        the tokenizer has one; raw text otherwise."""
+        the tokenizer has one, with ``tools`` (OpenAI ``tools`` entries) where given; raw text
+        otherwise."""
         if isinstance(prompt, str):
             messages = [{"role": "user", "content": check_prompt(prompt)}]
         else:
@@ -137,9 +138,12 @@ class Session:
             if not messages:
                 raise InvalidRequest("the conversation is empty: type something to send")
             for m in messages:
+                if m.get("tool_calls") and not m.get("content"):
+                    continue  # an assistant turn that only called tools
                 check_prompt(m.get("content", ""), f"the {m.get('role', 'user')} message")
         if chat and getattr(self.tokenizer, "chat_template", None):
-            encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)
+            encoded = self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True,
+                                                         return_dict=True)
             return list(encoded["input_ids"])
         text = prompt if isinstance(prompt, str) else "\n".join(m["content"] for m in messages)
         return self.tokenizer(text)["input_ids"]
