@@ -65,7 +65,9 @@ def run_compare(args) -> int:
     print(f"\n{'':24}{'plain':>12}  speculative ({used.name if used else args.drafter}, {session.precision})")
     for name, a, b in rows:
         print(f"{name:<24}{str(a):>12}  {b}")
-    print(f"speedup: {result.speedup:.2f}x")
+    print(f"speedup: {result.speedup:.2f}x (after the first token: {result.decode_speedup:.2f}x)")
+    print(f"warm-up: both lanes ran a few tokens untimed first ({result.warm_up_seconds:.2f} s), so neither is"
+          " timed with the process's one-time costs")
     if result.identical:
         print("outputs: identical")
     elif result.divergence:

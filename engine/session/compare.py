@@ -1,6 +1,7 @@
 """Run plain and speculative decoding on the same prompt and compare them honestly."""
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -16,6 +17,14 @@ class Comparison(PlainVsSpeculative):
     plain: Finished
     speculative: Finished
     divergence: Divergence | None
+    # The untimed warm-up both lanes ran after before either was timed (see warm_up).
+    warm_up_seconds: float | None = None
+
+    @property
+    def decode_speedup(self) -> float:
+        """The speedup after the first token (without the prefill both lanes pay alike)."""
+        p = self.plain.stats.decode_tok_per_s
+        return self.speculative.stats.decode_tok_per_s / p if p else 0.0
 
 
 def drain(events, on_event: Callable | None = None) -> Finished:
@@ -41,7 +50,9 @@ def warm_up(session: Session, drafter: DrafterKind = "model") -> None:
 
 
 def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: DrafterKind = "model", on_event: Callable | None = None) -> Comparison:
+    start = time.perf_counter()
     warm_up(session, drafter)
+    warmed = time.perf_counter() - start
     prompt_ids = session.encode(prompt)
     # Both runs start as a first turn: neither finds the other's (or the warm-up's) prefix.
     session.forget_prefixes()
@@ -51,4 +62,4 @@ def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: Dr
     divergence = None
     if plain.token_ids != spec.token_ids and settings.mode == "greedy":
         divergence = explain_divergence(session.target.model, prompt_ids, list(plain.token_ids), list(spec.token_ids))
-    return Comparison(tuple(prompt_ids), plain, spec, divergence)
+    return Comparison(tuple(prompt_ids), plain, spec, divergence, warmed)
