@@ -49,7 +49,7 @@ def remote_chat(ctx, choice: RemoteChoice, messages: list[dict], settings) -> No
     """Stream one chat reply from the remote model as the chat view's lane events."""
     from engine.core.events import Failed, Finished, RunStats, Tokens
     from engine.remote.client import RemoteClient, RemoteEndpoint, RemoteError, StreamEnd
-    from engine.remote.race import stream_rate
+    from engine.remote.race import reported_count, stream_rate
     from engine.session.chat import CHAT
     from engine.session.side_by_side import LaneEvent
 
@@ -79,7 +79,9 @@ def remote_chat(ctx, choice: RemoteChoice, messages: list[dict], settings) -> No
     n, rate = stream_rate(end)
     seconds = (end.last_chunk_at or time.perf_counter()) - end.started
     timings = end.timings or {}
-    drafted, accepted = int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0))
+    # A server's counts are read as reported_count reads them: junk ("many", NaN) counts as none.
+    drafted = reported_count(timings.get("draft_n")) or 0
+    accepted = min(reported_count(timings.get("draft_n_accepted")) or 0, drafted)
     stats = RunStats(new_tokens=n, seconds=seconds, tok_per_s=n / seconds if seconds > 0 else 0.0,
                      ttft_s=(end.first_chunk_at - end.started) if end.first_chunk_at is not None else None,
                      decode_tok_per_s=rate, drafted=drafted, accepted=accepted,

@@ -72,7 +72,7 @@ def _scrape(client: RemoteClient) -> SpecCounters | None:
         return None
 
 
-def _count(value) -> int | None:
+def reported_count(value) -> int | None:
     """A token count a server reported, None when it is not a finite number >= 0 ("many", NaN)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1e15:
         return None
@@ -81,7 +81,7 @@ def _count(value) -> int | None:
 
 def stream_rate(end: StreamEnd) -> tuple[int, float]:
     """(new tokens, tokens per second after the first) from the stream itself."""
-    n = _count(end.usage.get("completion_tokens")) or end.chunks
+    n = reported_count(end.usage.get("completion_tokens")) or end.chunks
     if end.first_chunk_at is None or end.last_chunk_at is None or n < 2 or end.last_chunk_at <= end.first_chunk_at:
         return n, 0.0
     return n, (n - 1) / (end.last_chunk_at - end.first_chunk_at)
@@ -89,7 +89,7 @@ def stream_rate(end: StreamEnd) -> tuple[int, float]:
 
 def acceptance_of(end: StreamEnd, before: SpecCounters | None, after: SpecCounters | None) -> Acceptance:
     timings = end.timings or {}
-    drafted, accepted = _count(timings.get("draft_n")), _count(timings.get("draft_n_accepted"))
+    drafted, accepted = reported_count(timings.get("draft_n")), reported_count(timings.get("draft_n_accepted"))
     if drafted is not None and accepted is not None:
         return Acceptance("timings", drafted, accepted)
     if before is not None and after is not None:
