@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 from app import json_files
+from app.attachments import Attachment, block
 from app.conversation_schema import SchemaError, validate
 from app.conversations import Conversation, is_valid_id
 
@@ -30,7 +31,10 @@ def to_markdown(conversation: Conversation) -> str:
         out += ["**System prompt:**", "", *(f"> {line}" for line in conversation.system_prompt.splitlines()), ""]
     for message in conversation.messages:
         speaker = {"user": "You", "assistant": "Assistant", "system": "System"}[message["role"]]
-        out += [f"## {speaker}", "", message["content"], ""]
+        out += [f"## {speaker}", ""]
+        for raw in message.get("attachments") or ():  # each attached file as the model read it
+            out += [block(Attachment.from_json(raw)), ""]
+        out += [message["content"], ""]
         if message.get("stats"):
             out += [f"*{message['stats']}*", ""]
     return "\n".join(out).rstrip("\n") + "\n"

@@ -39,11 +39,21 @@ class ReplyMetaSchema(_Strict):
     ttft_s: float | None = None  # seconds to the first token
 
 
+class AttachmentSchema(_Strict):
+    """A file attached to a user message (app/attachments.py): its text as the model read it."""
+
+    name: str
+    text: str
+    kind: Literal["text", "pdf"] = "text"
+    tokens: int | None = None  # with the tokenizer of the model it was sent to
+
+
 class MessageSchema(_Strict):
     role: Literal[ROLES]  # a tuple subscript is the same as listing the values
-    content: str
+    content: str  # what the person typed (a user turn's attachments are kept apart, below)
     stats: str = ""  # the reply's speed line, shown under it
     meta: ReplyMetaSchema | None = None  # added later: older files have none
+    attachments: list[AttachmentSchema] = []  # added later: older files have none
 
 
 class ConversationSchema(_Strict):

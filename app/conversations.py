@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from app import json_files
+from app.attachments import user_content
 from app.conversation_schema import SchemaError, validate
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,9 @@ class Conversation:
     title: str = "New chat"
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
-    messages: list[dict] = field(default_factory=list)  # {"role", "content", optional "stats", "meta"}
+    #: {"role", "content", optional "stats", "meta", and for a user turn "attachments": a list of
+    #: app.attachments.Attachment.to_json()}
+    messages: list[dict] = field(default_factory=list)
     #: Sent as the chat template's system message before the turns (none when empty).
     system_prompt: str = ""
     #: Top-level fields this version does not know (written by a newer Tandem): kept as they were
@@ -63,9 +66,11 @@ class Conversation:
     extra: dict = field(default_factory=dict, repr=False, compare=False)
 
     def chat_messages(self) -> list[dict]:
-        """What the model sees: the system prompt, then roles and contents only."""
+        """What the model sees: the system prompt, then roles and contents only, each user turn's
+        attached files written into its content (app/attachments.py: user_content)."""
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt.strip() else []
-        return system + [{"role": m["role"], "content": m["content"]} for m in self.messages]
+        return system + [{"role": m["role"], "content": user_content(m["content"], m.get("attachments") or ())}
+                         for m in self.messages]
 
     def to_json(self) -> dict:
         data = asdict(self)
