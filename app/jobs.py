@@ -7,7 +7,7 @@ import logging
 import time
 from pathlib import Path
 
-from app.messages import DrafterNote, KernelReport, MachineReport, ModelLoaded, Progress
+from app.messages import AttachmentRead, DrafterNote, KernelReport, MachineReport, ModelLoaded, Progress, PromptBudget
 from app.remote_jobs import REMOTE, remote_chat
 from app.shared_engine import generation_lock, holding
 from engine.core.settings import DecodeSettings
@@ -217,5 +217,68 @@ def chat(messages: list[dict], settings: DecodeSettings, drafter: str):
                 _emit_note(ctx, session, before)
                 before = session.drafter_note
                 ctx.emit(item)
+
+    return run
+
+
+# --- attachments: read and counted here, off the GUI thread ------------------------------------
+def count_tokens(ctx, text: str) -> int | None:
+    """Tokens of ``text`` with the loaded model's tokenizer; None when no local model is loaded."""
+    session = ctx.state.get(SESSION)
+    if session is None:
+        return None
+    try:
+        return len(session.tokenizer(text, add_special_tokens=False)["input_ids"])
+    except TypeError:  # a tokenizer without the keyword
+        return len(session.tokenizer(text)["input_ids"])
+
+
+def context_window(session) -> int | None:
+    """The target's context length (max_position_embeddings), when its config says it."""
+    config = getattr(session.target.model, "config", None)
+    text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    window = getattr(text_config, "max_position_embeddings", None)
+    return window if isinstance(window, int) and window > 0 else None
+
+
+def read_attachment(key: int, path: str | None = None, attachment=None):
+    """Read the file ``path`` (or take ``attachment`` as it is) and count its block's tokens."""
+
+    def run(ctx) -> None:
+        from dataclasses import replace
+
+        from app.attachments import AttachmentError, block
+        from app.attachments import read_attachment as read
+
+        item = attachment
+        if item is None:
+            try:
+                item = read(Path(path))
+            except AttachmentError as exc:
+                ctx.emit(AttachmentRead(key, Path(path).name, error=str(exc)))
+                return
+        ctx.emit(AttachmentRead(key, item.name, replace(item, tokens=count_tokens(ctx, block(item)))))
+
+    return run
+
+
+def prompt_budget(messages: list[dict], attachments: tuple = ()):
+    """The tokens ``messages`` make through the chat template, the context window, and the
+    tokens of each of ``attachments`` (the new message's files)."""
+
+    def run(ctx) -> None:
+        from app.attachments import block
+
+        session = ctx.state.get(SESSION)
+        if session is None:
+            ctx.emit(PromptBudget(None, None, tuple(a.tokens for a in attachments)))
+            return
+        counts = tuple(count_tokens(ctx, block(a)) for a in attachments)
+        try:
+            tokens = len(session.encode(messages))
+        except ValueError as exc:  # the engine's own refusal (an empty or invalid message)
+            ctx.emit(PromptBudget(None, context_window(session), counts, error=str(exc)))
+            return
+        ctx.emit(PromptBudget(tokens, context_window(session), counts))
 
     return run

@@ -84,3 +84,27 @@ class JobFailed:
 @dataclass(frozen=True)
 class JobEnded:
     cancelled: bool
+
+
+@dataclass(frozen=True)
+class AttachmentRead:
+    """A file read for the chat's composer (app/attachments.py), or why it could not be.
+    ``key`` names the chip it belongs to; ``attachment`` is None when ``error`` says why."""
+
+    key: int
+    name: str
+    attachment: object = None  # app.attachments.Attachment, with its tokens counted when a model is loaded
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class PromptBudget:
+    """How many tokens a chat request would read, against the loaded model's context window.
+    ``prompt_tokens`` is None when no local tokenizer can count them (a remote model);
+    ``window`` is None when the model does not say its context length. ``attachments``: the
+    tokens of each file attached to the new message, in order."""
+
+    prompt_tokens: int | None
+    window: int | None
+    attachments: tuple = ()
+    error: str = ""  # the request cannot be encoded at all (the engine's reason)
