@@ -27,6 +27,7 @@ from PySide6.QtCore import QEvent, QPoint, QRect, Signal
 from PySide6.QtGui import QColor, QImage, QTextCursor, QTextDocument, QTextFrameFormat
 from PySide6.QtWidgets import QTextBrowser, QToolTip
 
+from app.attachments import describe_tokens
 from app.markdown_view import code_blocks, finished_blocks, normalized, render_markdown
 
 REPLY_BACKGROUND = "#f1f3f4"
@@ -36,9 +37,20 @@ EMPTY = ("<p style='color:#888'>Start a conversation. Replies use speculative de
 WAITING = "<i style='color:#999'>…</i>"
 
 
-def user_html(index: int, content: str) -> str:
+def attachments_html(attachments) -> str:
+    """A user turn's attached files, one chip each: the name and its token count."""
+    if not attachments:
+        return ""
+    chips = " ".join(
+        f"<span style='background:#ffffff; color:#1a73e8'>&nbsp;{html.escape(a['name'])}"
+        f"<span style='color:#5f6368'> · {html.escape(describe_tokens(a.get('tokens')) if a.get('tokens') is not None else a.get('kind', 'text'))}</span>&nbsp;</span>"
+        for a in attachments)
+    return f"<p style='margin-bottom:4px'><span style='color:#5f6368; font-size:small'>Attached:</span> {chips}</p>"
+
+
+def user_html(index: int, content: str, attachments=()) -> str:
     # pre-wrap: HTML would collapse the leading spaces of what the person typed.
-    return (f"<div style='white-space:pre-wrap'>{html.escape(content)}</div>"
+    return (attachments_html(attachments) + f"<div style='white-space:pre-wrap'>{html.escape(content)}</div>"
             f"<div align='right'><a href='edit:{index}' style='color:#5f6368; font-size:small'>Edit</a></div>")
 
 
@@ -97,7 +109,7 @@ class Transcript(QTextBrowser):
         cursor = QTextCursor(self.document())
         for i, m in enumerate(messages):
             if m["role"] == "user":
-                self._insert_bubble(cursor, user_html(i, m["content"]), user=True)
+                self._insert_bubble(cursor, user_html(i, m["content"], m.get("attachments")), user=True)
             else:
                 body = render_markdown(m["content"], i) if m["content"] else WAITING
                 self._insert_bubble(cursor, body + (footer_html(i, m["stats"]) if m.get("stats") else ""), user=False)

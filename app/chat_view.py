@@ -2,35 +2,48 @@
 
 The tab holds the conversation list (search, rename, delete with undo, export and import), the
 transcript (app/chat_transcript.py: Markdown replies, a copy button per code block), the preset and
-settings panel (app/chat_settings.py) and the message box.
+settings panel (app/chat_settings.py) and the message box with its attached files.
+
+Files are attached by the Attach button or dropped anywhere on the tab. Each is read, and its
+tokens counted with the loaded model's tokenizer, on the engine's worker thread
+(app/jobs.py: read_attachment), never on the GUI thread; its chip shows the count. Before a
+message is sent, the worker counts the whole request through the chat template
+(app/jobs.py: prompt_budget): one that does not fit the context window with the reply's Max
+tokens is not sent, and the notice says which file is too large and by how much.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QListWidget,
     QPushButton,
     QSplitter,
+    QStyle,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
-from app import json_files
+from app import jobs, json_files
 from app.app_settings import AppSettings, Key
 from app.chat_library import ConversationActions
 from app.chat_settings import CUSTOM, ChatSettingsPanel
 from app.chat_transcript import Transcript
-from app.chat_widgets import ChatInput, NoticeBar
+from app.attachments import Attachment, over_budget
+from app.chat_widgets import AttachmentStrip, ChatInput, NoticeBar, local_files
 from app.conversations import Conversation, ConversationStore
 from app.markdown_view import code_blocks
+from app.messages import AttachmentRead, JobEnded, PromptBudget
 from app.presets import Preset, PresetStore
 from app.reply_stats import describe, describe_meta, reply_meta
 from engine.core.events import Failed, Finished, Stats, Tokens
@@ -57,6 +70,15 @@ class ChatView(ConversationActions, QWidget):
         self.loaded = None  # app.messages.ModelLoaded: names the model in each reply's stats
         self.editing: int | None = None  # index of the earlier question being edited
         self.deleted: tuple[Conversation, bytes | None, int] | None = None  # what Undo puts back
+        #: The composer's attached files by chip key, in order: None while being read.
+        self.attached: dict[int, Attachment | None] = {}
+        self._keys = itertools.count(1)
+        self._host = None  # app.worker.EngineHost: reads, counts and checks requests off the GUI thread
+        self._attach_jobs: dict[int, tuple[int, str | None, Attachment | None]] = {}  # job -> what it reads
+        self._send_after_read = False  # Send was pressed while a file was still being read
+        self.checking = False  # the request's tokens are being counted before it is sent
+        self._budget_job: int | None = None
+        self._budget_next = None  # (what sending does once it fits, the new message's attachments)
 
         left = QWidget()
         left_col = QVBoxLayout(left)
@@ -87,9 +109,18 @@ class ChatView(ConversationActions, QWidget):
         self.panel = ChatSettingsPanel(presets)
         self.transcript = Transcript()
         self.edit_bar = NoticeBar("Cancel")
+        self.notice = NoticeBar("", "#fce8e6")  # a file not attached, a request too long to send
+        self.notice.text.setWordWrap(True)  # a long reason wraps, never widens the window
+        self.attachments = AttachmentStrip()
         self.input = ChatInput()
         self.input.setFixedHeight(80)
         row = QHBoxLayout()
+        self.attach_button = QToolButton()
+        self.attach_button.setText("Attach…")
+        self.attach_button.setIcon(self.style().standardIcon(QStyle.StandardPixmap.SP_FileIcon))
+        self.attach_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.attach_button.setToolTip("Attach text, code or PDF files (or drop them on the chat)")
+        row.addWidget(self.attach_button)
         self.stats = QLabel("")
         self.stats.setStyleSheet("color: #555;")
         self.send_button = QPushButton("Send")
@@ -100,7 +131,7 @@ class ChatView(ConversationActions, QWidget):
         row.addWidget(self.stats, 1)
         for b in (self.copy_button, self.regenerate_button, self.stop_button, self.send_button):
             row.addWidget(b)
-        for w in (self.panel, self.transcript, self.edit_bar, self.input):
+        for w in (self.panel, self.transcript, self.edit_bar, self.notice, self.attachments, self.input):
             col.addWidget(w, 1 if w is self.transcript else 0)
         col.addLayout(row)
 
@@ -120,9 +151,14 @@ class ChatView(ConversationActions, QWidget):
         self.search.textChanged.connect(self._filter)
         self.send_button.clicked.connect(self.send)
         self.input.submitted.connect(self.send)
-        self.stop_button.clicked.connect(self.stop_requested)
+        self.stop_button.clicked.connect(self._stop)
         self.regenerate_button.clicked.connect(self.regenerate)
         self.copy_button.clicked.connect(self.copy_reply)
+        self.attach_button.clicked.connect(self._ask_attach)
+        self.attachments.removed.connect(self.remove_attachment)
+        self.input.files_dropped.connect(self.attach_files)
+        self.setAcceptDrops(True)
+        self.transcript.setAcceptDrops(False)  # a file dropped on the transcript is attached (below)
         self.transcript.copy_requested.connect(self.copy_code)
         self.transcript.edit_requested.connect(self.begin_edit)
         self.edit_bar.action.connect(self.cancel_edit)
@@ -219,6 +255,10 @@ class ChatView(ConversationActions, QWidget):
     def set_model(self, loaded) -> None:
         self.loaded = loaded
         self.set_ready(True)
+        for key, attachment in self.attached.items():  # another tokenizer: count them again
+            if attachment is not None:
+                self._read(key, attachment=attachment)
+                self.attachments.chips[key].set_state("counting…")
 
     def set_ready(self, ready: bool) -> None:
         self.ready = ready
@@ -229,6 +269,7 @@ class ChatView(ConversationActions, QWidget):
 
     def _sync_buttons(self) -> None:
         self.send_button.setEnabled(self.ready and not self.running)
+        self.attach_button.setEnabled(not self.checking)
         self.stop_button.setEnabled(self.running)
         self.regenerate_button.setEnabled(self.ready and not self.running and self._has_reply())
         self.copy_button.setEnabled(self._has_reply())
@@ -243,6 +284,11 @@ class ChatView(ConversationActions, QWidget):
             return
         self.editing = index
         self.input.setPlainText(self.current.messages[index]["content"])
+        self.clear_attachments()
+        for raw in self.current.messages[index].get("attachments") or ():  # the question's files come with it
+            key = next(self._keys)
+            self.attachments.add(key, raw["name"])
+            self._show_read(key, Attachment.from_json(raw))
         self.input.setFocus()
         self.edit_bar.show_message("Editing an earlier message: sending it replaces it and the replies after it.")
 
@@ -250,31 +296,221 @@ class ChatView(ConversationActions, QWidget):
         if self.editing is not None:
             self.editing = None
             self.input.clear()
+            self.clear_attachments()
         self.edit_bar.dismiss()
 
     def send(self) -> None:
         text = self.input.toPlainText().strip()
-        if not text or not self.ready or self.running or self.current is None:
+        if not (text or self.attached) or not self.ready or self.running or self.current is None:
             return
+        if any(a is None for a in self.attached.values()):
+            self._send_after_read = True  # sent once the last file is read
+            self.stats.setText("reading the attached files…")
+            return
+        self._send_after_read = False
+        attachments = list(self.attached.values())
+        message = {"role": "user", "content": text}
+        if attachments:
+            message["attachments"] = [a.to_json() for a in attachments]
+        # Shown in the conversation at once; kept (saved, then answered) once the worker has
+        # counted it into the context window, taken back whole when it does not fit.
+        conversation = self.current
+        before = (list(conversation.messages), conversation.title, conversation.system_prompt, self.editing)
         if self.editing is not None:
-            del self.current.messages[self.editing:]  # the later turns answered the old question
+            del conversation.messages[self.editing:]  # the later turns answered the old question
             self.editing = None
             self.edit_bar.dismiss()
-        self.current.system_prompt = self.panel.system_prompt.toPlainText()
-        self.current.messages.append({"role": "user", "content": text})
-        if self.current.title == "New chat":
-            self.current.title = text.splitlines()[0][:48]
+        conversation.system_prompt = self.panel.system_prompt.toPlainText()
+        conversation.messages.append(message)
+        if conversation.title == "New chat":
+            first = text.splitlines()[0] if text else attachments[0].name
+            conversation.title = first[:48]
             self._fill_list()
-        self.store.save(self.current)  # the user's words are on disk before we generate
         self.input.clear()
-        self._start_reply()
+        self.clear_attachments()
+        self.notice.dismiss()
+
+        def proceed() -> None:
+            self.store.save(conversation)  # the user's words are on disk before we generate
+            self._start_reply()
+
+        def refuse() -> None:  # as it was before Send: the message back in the box, with its files
+            conversation.messages[:], conversation.title, conversation.system_prompt, self.editing = before
+            self._fill_list()
+            if self.editing is not None:
+                self.edit_bar.show_message("Editing an earlier message: sending it replaces it and the replies after it.")
+            if not self.input.toPlainText():
+                self.input.setPlainText(text)
+            for attachment in attachments:
+                key = next(self._keys)
+                self.attachments.add(key, attachment.name)
+                self._show_read(key, attachment)
+            self.render()
+
+        self._check_budget(conversation.chat_messages(), attachments, proceed, refuse)
 
     def regenerate(self) -> None:
         if self.running or not self._has_reply():
             return
+        asked = self.current.messages[:-1]
+        files = [Attachment.from_json(a) for a in (asked[-1].get("attachments") or ())] if asked else []
+        request = Conversation(system_prompt=self.current.system_prompt, messages=asked)
+        self._check_budget(request.chat_messages(), files, self._commit_regenerate)
+
+    def _commit_regenerate(self) -> None:
+        if not self._has_reply():
+            return
         self.current.messages.pop()
         self.store.save(self.current)
         self._start_reply()
+
+    # --- the context budget -------------------------------------------------------------------
+    def _check_budget(self, messages: list[dict], attachments: list[Attachment], proceed, refuse=lambda: None) -> None:
+        """Count ``messages`` on the worker; ``proceed()`` once they fit with room for the reply,
+        ``refuse()`` (and a notice saying why) when they do not."""
+        host = self._engine()
+        if host is None:  # no engine to count with (never in the window): the engine refuses what does not fit
+            proceed()
+            return
+        self.running = self.checking = True
+        self.streaming = {"role": "assistant", "content": ""}  # the reply is awaited
+        self.stats.setText("checking the context…")
+        self._budget_next = (proceed, refuse, attachments)
+        self._budget_job = host.submit("budget", jobs.prompt_budget(messages, tuple(attachments)))
+        self.render()
+        self._sync_buttons()
+
+    def _budget_checked(self, budget: PromptBudget | None) -> None:
+        proceed, refuse, attachments = self._budget_next
+        self._budget_next = self._budget_job = None
+        self.running = self.checking = False
+        self.streaming = None
+        if budget is None:  # the check was cancelled or failed: nothing is sent
+            refuse()
+            self.stats.setText("not sent")
+            self._sync_buttons()
+            return
+        names = [a.name for a in attachments]
+        problem = budget.error or (over_budget(budget.prompt_tokens, budget.window, self.panel.max_new_tokens.value(),
+                                               list(zip(names, budget.attachments)))
+                                   if budget.prompt_tokens is not None and budget.window else "")
+        if problem:
+            refuse()
+            self.notice.show_message(problem)
+            self.stats.setText("not sent")
+            self._sync_buttons()
+            return
+        proceed()
+
+    def _stop(self) -> None:
+        if self.checking:  # stop waiting for the count: nothing was sent
+            self._budget_checked(None)
+            return
+        self.stop_requested.emit()
+
+    # --- attachments --------------------------------------------------------------------------
+    def _engine(self):
+        """The window's engine host (the worker that reads files and counts tokens)."""
+        if self._host is None:
+            host = getattr(self.window(), "host", None)
+            if host is not None:
+                self.use_engine(host)
+        return self._host
+
+    def use_engine(self, host) -> None:
+        if host is not self._host:
+            self._host = host
+            host.event.connect(self._engine_event)
+
+    def _ask_attach(self) -> None:
+        paths, _ = QFileDialog.getOpenFileNames(self, "Attach files", str(Path.home()),
+                                                "Text, code and PDF files (*);;PDF (*.pdf)")
+        if paths:
+            self.attach_files(paths)
+
+    def attach_files(self, paths: list) -> None:
+        """Attach each file: a chip at once, its text read and its tokens counted on the worker."""
+        for path in paths:
+            key = next(self._keys)
+            self.attachments.add(key, Path(path).name)
+            self.attached[key] = None
+            self._read(key, path=str(path))
+
+    def _read(self, key: int, path: str | None = None, attachment: Attachment | None = None) -> None:
+        host = self._engine()
+        if host is None:
+            self._attachment_read(AttachmentRead(key, Path(path or "").name, error="the engine is not running"))
+            return
+        job = host.submit("attach", jobs.read_attachment(key, path, attachment))
+        self._attach_jobs[job] = (key, path, attachment)
+
+    def remove_attachment(self, key: int) -> None:
+        self.attached.pop(key, None)
+        self.attachments.remove(key)
+        if self._send_after_read and not any(a is None for a in self.attached.values()):
+            self.send()
+
+    def clear_attachments(self) -> None:
+        self.attached.clear()
+        self.attachments.clear()
+        self._send_after_read = False
+
+    def _engine_event(self, envelope) -> None:
+        payload = envelope.payload
+        if envelope.job in self._attach_jobs:
+            if isinstance(payload, AttachmentRead):
+                del self._attach_jobs[envelope.job]
+                self._attachment_read(payload)
+            elif isinstance(payload, JobEnded):  # ended without a result
+                key, path, attachment = self._attach_jobs.pop(envelope.job)
+                if payload.cancelled and key in self.attached:  # Stop dropped the queue: read it again
+                    self._read(key, path, attachment)
+                elif key in self.attached:
+                    self._attachment_read(AttachmentRead(key, Path(path or "").name, error="it could not be read (the log says why)"))
+        elif envelope.job == self._budget_job and self._budget_job is not None:
+            if isinstance(payload, PromptBudget):
+                self._budget_checked(payload)
+            elif isinstance(payload, JobEnded):
+                self._budget_checked(None)
+
+    def _attachment_read(self, read: AttachmentRead) -> None:
+        if read.key not in self.attached:
+            return  # removed while it was read
+        if read.attachment is None:
+            self.attached.pop(read.key)
+            self.attachments.remove(read.key)
+            self.notice.show_message(f"Not attached: {read.error}")
+        else:
+            self._show_read(read.key, read.attachment)
+        if self._send_after_read and not any(a is None for a in self.attached.values()):
+            self.send()
+
+    def _show_read(self, key: int, attachment: Attachment) -> None:
+        self.attached[key] = attachment
+        chip = self.attachments.chips[key]
+        if attachment.tokens is not None:
+            chip.set_state(f"{attachment.tokens:,} tokens", f"{attachment.name}: {len(attachment.text):,} characters, "
+                                                             f"{attachment.tokens:,} tokens with the loaded model's tokenizer")
+        else:
+            chip.set_state(f"{len(attachment.text):,} characters",
+                           f"{attachment.name}: tokens are counted with a local model's tokenizer, once one is loaded")
+
+    def dragEnterEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        if local_files(event.mimeData()):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self.dragEnterEvent(event)
+
+    def dropEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        paths = local_files(event.mimeData())
+        if paths:
+            event.acceptProposedAction()
+            self.attach_files(paths)
+        else:
+            event.ignore()
 
     def _start_reply(self) -> None:
         self.running = True
@@ -286,7 +522,7 @@ class ChatView(ConversationActions, QWidget):
 
     def _escape(self) -> None:
         if self.running:
-            self.stop_requested.emit()
+            self._stop()
         else:
             self.cancel_edit()
 
@@ -328,7 +564,7 @@ class ChatView(ConversationActions, QWidget):
 
     def job_ended(self) -> None:
         """The worker finished the job (also after a failure or cancel before any event)."""
-        if self.running:
+        if self.running and not self.checking:
             self._end(self.stats.text() if self.streaming is None else "")
 
     def _end(self, note: str, reply: dict | None = None) -> None:
