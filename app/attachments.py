@@ -85,7 +85,7 @@ def _read_bytes(path: Path, max_bytes: int) -> bytes:
             if not stat.S_ISREG(info.st_mode):
                 raise AttachmentError(f"{path.name} is not a regular file (a pipe, socket or device): only files can be attached")
             if info.st_size > max_bytes:
-                raise AttachmentError(f"{path.name} is {_size(info.st_size)}: larger than the {_size(max_bytes)} a file may be")
+                raise AttachmentError(f"{path.name} is {info.st_size:,} bytes: larger than the {_size(max_bytes)} a file may be")
             data = f.read(max_bytes + 1)
     except IsADirectoryError:
         raise AttachmentError(f"{path.name} is a folder: attach the files in it") from None
