@@ -242,3 +242,13 @@ def test_bad_sampling_and_load_flags_are_refused_before_loading_a_model(tmp_path
     code = main(["bench", "--target", str(tmp_path / "absent"), *flags])
     err = capsys.readouterr().err
     assert code == 2 and message in err, err
+
+
+def test_compare_says_its_warm_up_ran_before_either_lane_was_timed(tmp_path, capsys):
+    target, drafter = save_pair(tmp_path)
+    code = main(["compare", "def add(a, b):", "--target", str(target), "--drafter-model", str(drafter),
+                 "--drafter-head", "full", "--max-new-tokens", "6"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "warm-up: both lanes ran a few tokens untimed first" in out
+    assert "speedup: " in out and "(after the first token: " in out
