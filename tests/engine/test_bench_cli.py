@@ -178,7 +178,8 @@ def test_a_sampled_bench_reports_every_seed_and_their_geometric_mean(tmp_path, c
         assert row["decode_speedup_vs_plain"] == pytest.approx(geomean([s["decode_speedup_vs_plain"] for s in row["seeds"]]))
         drafted = sum(s["speculative"]["drafted"] for s in row["seeds"])
         accepted = sum(s["speculative"]["accepted"] for s in row["seeds"])
-        assert row["speculative"]["acceptance"] == pytest.approx(accepted / drafted)
+        # (The adaptive draft length may switch drafting off for a whole prompt on the tiny pair.)
+        assert row["speculative"]["acceptance"] == pytest.approx(accepted / drafted if drafted else 0.0)
     summary = report["summary"]
     assert len(ratios) == 6
     # The geometric mean over prompts and seeds, from the per-seed rows, with its spread.
@@ -190,9 +191,9 @@ def test_a_sampled_bench_reports_every_seed_and_their_geometric_mean(tmp_path, c
     assert set(summary["decode_speedup_by_seed"]) == {"3", "11", "12"}
     assert summary["identical_fraction"] is None
     by_pos, drafted = summary["acceptance_by_position"], summary["drafted_by_position"]
-    assert by_pos and len(by_pos) == len(drafted) and all(0 <= a <= 1 for a in by_pos)
-    assert drafted[0] == sum(s["speculative"]["drafted_at"][0] for r in report["prompts"] for s in r["seeds"]
-                             if s["speculative"]["drafted_at"])
+    assert len(by_pos) == len(drafted) and all(0 <= a <= 1 for a in by_pos)
+    firsts = [s["speculative"]["drafted_at"][0] for r in report["prompts"] for s in r["seeds"] if s["speculative"]["drafted_at"]]
+    assert drafted[:1] == ([sum(firsts)] if firsts else [])
     out = capsys.readouterr().out
     assert "decode speedup (3 seeds at T=1): geometric mean" in out and "acceptance by draft position:" in out
 
