@@ -157,7 +157,9 @@ def acceptance_by_category(precision: str, folder: Path = REPO / "docs" / "bench
             data = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        if data.get("settings", {}).get("precision") != precision:
+        if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
+            continue  # another script's figures (a list of rows), not a `tandem bench` report
+        if data["settings"].get("precision") != precision:
             continue
         categories = data.get("summary", {}).get("by_category", {})
         found = {c: float(v["acceptance"]) for c, v in categories.items() if "acceptance" in v}
