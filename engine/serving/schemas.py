@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from engine.core.settings import MAX_DRAFT_LENGTH, InvalidRequest, OutputFormat
 from engine.decode.grammar import check_output_format
+from engine.tools.calls import arguments_for_template
 
 
 class ApiError(Exception):
@@ -83,16 +84,9 @@ class Message(_Lenient):
         if self.tool_calls:
             # Chat templates write the arguments with tojson: they take them as a mapping.
             turn["tool_calls"] = [{"type": "function", "function": {"name": c.function.name,
-                                                                    "arguments": _arguments(c.function.arguments)}}
+                                                                    "arguments": arguments_for_template(c.function.arguments)}}
                                   for c in self.tool_calls]
         return turn
-
-
-def _arguments(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
 
 
 class FunctionSpec(_Lenient):

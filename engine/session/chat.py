@@ -11,7 +11,6 @@ new to prefill. At most ``max_rounds`` replies a turn: a model that keeps callin
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,7 +19,7 @@ from engine.core.events import Failed, Finished, Tokens
 from engine.core.settings import DecodeSettings
 from engine.decode.token_origin import OriginTracker
 from engine.session.side_by_side import LaneEvent
-from engine.tools.calls import ToolCall, parse
+from engine.tools.calls import ToolCall, arguments_for_template, parse
 from engine.tools.mcp import ToolResult, ToolSpec
 
 if TYPE_CHECKING:
@@ -106,7 +105,7 @@ def chat_with_tools(
                                          f"round{'s' if max_rounds != 1 else ''} of calls"))
             return
         conversation.append({"role": "assistant", "content": content or "", "tool_calls": [
-            {"type": "function", "function": {"name": c.name, "arguments": _arguments(c.arguments)}} for c in calls]})
+            {"type": "function", "function": {"name": c.name, "arguments": arguments_for_template(c.arguments)}} for c in calls]})
         for call in calls:
             yield ToolCallAsked(call, round_)
             result = run_tool(call)
@@ -116,9 +115,3 @@ def chat_with_tools(
             if cancel():
                 return
 
-
-def _arguments(text: str):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text

@@ -46,6 +46,15 @@ class ToolCall:
         return call if index is None else {"index": index, **call}
 
 
+def arguments_for_template(text: str):
+    """A call's arguments (OpenAI's JSON text) as chat templates take them: a mapping, which
+    they write with tojson; text that is not JSON stays text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def _call(block: str) -> ToolCall | None:
     try:
         value = json.loads(block)
