@@ -417,8 +417,10 @@ def _timed_pair(session: Session, ids: list[int], settings: DecodeSettings, draf
         # Every run a first turn: none finds an earlier run's prefix in a kept cache.
         session.forget_prefixes()
         plains.append(_ours(session.plain(ids, settings)))
+        plains[-1]["threads_used"] = list(session.threads.used)  # engine.core.threads: in order
         session.forget_prefixes()
         specs.append(_speculative(session, ids, settings, drafter))
+        specs[-1]["threads_used"] = list(session.threads.used)
     plain, spec = _median_run(plains), _median_run(specs)
     plain["repeats_identical"] = all(r["token_ids"] == plains[0]["token_ids"] for r in plains)
     spec["repeats_identical"] = all(r["token_ids"] == specs[0]["token_ids"] for r in specs)
@@ -429,7 +431,8 @@ def _report(session: Session, results: list[dict], step_costs: dict | None, head
             max_new_tokens: int, drafter: DrafterKind, repeats: int) -> dict:
     options = session.drafter_options
     return {"settings": {"max_new_tokens": max_new_tokens, "precision": session.precision, "drafter": drafter, "repeats": repeats,
-                         "threads": torch.get_num_threads(), "target": session.target.name,
+                         "threads": session.threads.max_threads, "thread_policy": session.threads.choice().policy,
+                         "target": session.target.name,
                          "drafter_model": session.drafter_model.name if session.drafter_model else None,
                          "drafter_weights": session.drafter_model.weights if session.drafter_model else None,
                          "drafter_head": options.head, "draft_vocab_size": options.vocab_size,

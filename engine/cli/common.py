@@ -107,6 +107,10 @@ def load_session(args, need_drafter=True):
     print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "")
           + f" ({args.precision}: {label_for(args.precision, target)})", file=sys.stderr)
     session = Session.load(target, drafter, args.precision, args.device, drafter_options=options)
+    if getattr(args, "fixed_threads", False):
+        from engine.core.threads import ThreadPolicy
+
+        session.threads = ThreadPolicy(adaptive=False)
     freeze_long_lived()  # no GIL-held scans of the loaded models' objects during timed runs or a server's streams
     return session
 
@@ -163,5 +167,8 @@ def model_options(p: argparse.ArgumentParser) -> None:
                    help="tokens kept by the pruned drafter head")
     p.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,
                    help="stop a draft once the drafter's probability of its next token is below this")
+    p.add_argument("--fixed-threads", action="store_true",
+                   help="keep torch's thread count for every step (default: give up threads to cores that other"
+                        " programs keep busy, which runs several times faster beside them)")
     p.add_argument("--no-lookup", action="store_true",
                    help="draft with the model alone (default: prompt lookup drafts where the text copies the prompt)")

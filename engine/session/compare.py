@@ -19,6 +19,9 @@ class Comparison(PlainVsSpeculative):
     divergence: Divergence | None
     # The untimed warm-up both lanes ran after before either was timed (see warm_up).
     warm_up_seconds: float | None = None
+    # The threads each lane ran with (engine.core.threads), as a report line.
+    plain_threads: str = ""
+    speculative_threads: str = ""
 
     @property
     def decode_speedup(self) -> float:
@@ -57,9 +60,10 @@ def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: Dr
     # Both runs start as a first turn: neither finds the other's (or the warm-up's) prefix.
     session.forget_prefixes()
     plain = drain(session.plain(prompt_ids, settings), on_event and (lambda e: on_event("plain", e)))
+    plain_threads = session.threads.describe_last()
     session.forget_prefixes()
     spec = drain(session.speculative(prompt_ids, settings, drafter), on_event and (lambda e: on_event("speculative", e)))
     divergence = None
     if plain.token_ids != spec.token_ids and settings.mode == "greedy":
         divergence = explain_divergence(session.target.model, prompt_ids, list(plain.token_ids), list(spec.token_ids))
-    return Comparison(tuple(prompt_ids), plain, spec, divergence, warmed)
+    return Comparison(tuple(prompt_ids), plain, spec, divergence, warmed, plain_threads, session.threads.describe_last())

@@ -12,6 +12,7 @@ from typing import Literal
 
 from engine.core.events import Event, Failed, Finished
 from engine.core.settings import DecodeSettings, DrafterOptions, InvalidRequest, Precision, check_prompt
+from engine.core.threads import ThreadPolicy
 from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import Drafter, DrafterMismatch, DraftModelDrafter, Gemma4AssistantDrafter, PromptLookupDrafter
 from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
@@ -84,6 +85,9 @@ class Session:
         self.target_caches = RunnerPool(self._new_target_runner)
         #: Set when a requested drafter was replaced by another one; says why, for the user.
         self.drafter_note: str | None = None
+        #: Torch's threads between steps: as many as the cores other programs leave free, at most
+        #: the count set when the session was made (engine.core.threads).
+        self.threads = ThreadPolicy()
 
     @classmethod
     def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto",
@@ -201,12 +205,12 @@ class Session:
         """Run ``run(runner)`` on the kept cache that shares the most with ``prompt_ids``, and keep
         the cache for the next request when it ends (finished, failed or abandoned)."""
         if getattr(drafter, "attach_target", None) is not None:
-            yield from run(self.target_runner(drafter))
+            yield from self.threads.paced(run(self.target_runner(drafter)))
             return
         runner = self.target_caches.lease(prompt_ids)
         leased = True
         try:
-            for event in run(runner):
+            for event in self.threads.paced(run(runner)):
                 if isinstance(event, (Finished, Failed)):
                     if isinstance(event, Failed):
                         # A pass may have stopped half-way through the layers: keep no cache of it.
