@@ -27,6 +27,18 @@ speculating at 0.89x of plain. So where the decision is close (the best k expect
 than ``REFRESH_BELOW``), every ``REFRESH_EVERY`` speculative passes one pass is a plain one that
 measures v(0) again; where speculation clearly pays, a stale v(0) cannot flip the decision and no
 pass is given up.
+
+Costs seeded from an earlier request are that request's machine: one that ran while other
+programs took the cores measured dear drafting, and the quiet requests after it started off and
+never drafted, so never measured again and handed the same figures on (measured: every pass of
+every later request of a run off, 0.95x of plain). Two rules end that. Until this request drafts,
+the seeded v1, draft and catch-up costs follow the ratio of its plain passes' v(0) to the seed's
+(a machine twice as fast makes every step cheaper alike); and where that ratio shows the machine
+changed (v(0) off the seed's by more than ``MACHINE_CHANGED``: other programs came or went) a
+request that started off probes after ``probe_every`` tokens, whatever the old figures said of
+probing: contention slows small draft steps more than the target's, so the old ratios are
+suspect too. On a machine that did not change, a seed ``STALE_AFTER`` requests old (the
+requests since drafting was last measured) buys one such probe.
 """
 from __future__ import annotations
 
@@ -48,6 +60,8 @@ class MeasuredCosts:
     #: Seconds per token the drafter took to catch up on tokens decoded while speculation was
     #: off (0 when unmeasured): what every probe pays per off step before it drafts.
     catch_up_per_token_s: float = 0.0
+    #: Requests since drafting was last measured (0: the request that handed these on drafted).
+    age: int = 0
 
 
 DRAFT_COST_WINDOW = 8  # passes whose per-token draft cost the estimate is the median of
@@ -58,6 +72,8 @@ PROBE_GAIN_OVER_CATCH_UP = 2.0
 REFRESH_EVERY = 12  # speculative passes between two plain passes that measure v(0) again
 REFRESH_BELOW = 1.3  # ... while the best expected speedup is below this
 REFRESH_WEIGHT = 0.5  # how much a refresh pass's time moves v(0)
+STALE_AFTER = 4  # requests without drafting after which seeded costs are measured again
+MACHINE_CHANGED = 1.5  # a v(0) this many times the seed's, or its inverse: measure drafting again
 
 
 class DraftLengthController:
@@ -110,7 +126,11 @@ class DraftLengthController:
         #: True when this request starts with speculation off and probing does not pay for
         #: itself: the drafter need not read the prompt until (if ever) it drafts.
         self.drafter_can_wait = False
+        self._seed_age = 0  # the age of the seeded costs (MeasuredCosts.age)
+        self._seed_v0: float | None = None  # the seed's v(0): this request's against it shows a changed machine
+        self._drafted = False  # whether this request measured drafting (then its costs are fresh)
         if known is not None and fixed is None:
+            self._seed_age, self._seed_v0 = known.age, known.v0
             self._v0, self._v1 = known.v0, known.v1
             self._draft_costs.append(known.draft_step_s)
             self._catch_up_per_token = known.catch_up_per_token_s or None
@@ -125,8 +145,9 @@ class DraftLengthController:
             if paying < self.resume_margin:
                 self._probing = True  # off from the start; probes as usual
                 if not self.probing_pays():
-                    self._wait = self.max_probe_every
                     self.drafter_can_wait = True
+                    if known.age < STALE_AFTER:
+                        self._wait = self.max_probe_every
             else:
                 self.k = self.initial_k
 
@@ -168,6 +189,7 @@ class DraftLengthController:
             self._catch_up_per_token = catch_up_s / self._off_since_draft
         self._off_since_draft = 0 if k > 0 else self._off_since_draft + 1
         if k > 0:
+            self._drafted = True
             tried = n_accepted + (1 if n_accepted < k else 0)
             self._acc = d * self._acc + n_accepted
             self._tries = d * self._tries + tried
@@ -180,17 +202,32 @@ class DraftLengthController:
             self.k = self._choose(previous=resume)
             return
         if k == 0:
+            before = self._v0
             self._v0 = verify_s if self._v0 is None else d * self._v0 + (1 - d) * verify_s
+            if before and not self._drafted:
+                self._rescale(self._v0 / before)
+                if self._seed_v0 and self._probing and abs(math.log(self._v0 / self._seed_v0)) > math.log(MACHINE_CHANGED):
+                    self._wait = min(self._wait, self.probe_every)  # measure drafting on this machine
+                    self._seed_v0 = None  # once
         elif self._v0 is not None:
             slope = max(0.0, (verify_s - self._v0) / k)
             self._v1 = slope if self._v1 is None else d * self._v1 + (1 - d) * slope
         self.k = self._choose(previous=k if requested is None else requested, n_accepted=n_accepted)
 
+    def _rescale(self, ratio: float) -> None:
+        """Costs not measured in this request (seeded) follow its v(0): scale them by ``ratio``."""
+        if self._v1 is not None:
+            self._v1 *= ratio
+        self._draft_costs = deque((c * ratio for c in self._draft_costs), maxlen=DRAFT_COST_WINDOW)
+        if self._catch_up_per_token:
+            self._catch_up_per_token *= ratio
+
     def measured(self) -> MeasuredCosts | None:
         """The costs measured so far, once all three are (for ``known`` of a later request)."""
         if self._v0 is None or self._v1 is None or self._draft_step_s is None:
             return None
-        return MeasuredCosts(self._v0, self._v1, self._draft_step_s, self.acceptance, self._catch_up_per_token or 0.0)
+        return MeasuredCosts(self._v0, self._v1, self._draft_step_s, self.acceptance, self._catch_up_per_token or 0.0,
+                             age=0 if self._drafted else self._seed_age + 1)
 
     def probing_pays(self) -> bool:
         """Whether probes can pay for themselves: each costs the drafter's catch-up over every

@@ -221,11 +221,16 @@ def test_draft_lengths_are_bounded():
         DecodeSettings(max_draft_length=0)
 
 
-def test_a_drafter_that_need_not_draft_reads_the_prompt_only_when_it_first_drafts(tiny_pair):
+def test_a_drafter_that_need_not_draft_reads_the_prompt_only_when_it_first_drafts(tiny_pair, monkeypatch):
     """Costs from an earlier request that rule speculation out and make probes dear (an int4
     target): the drafter skips its prompt prefill, so the first token is not delayed by it. The
-    first probe (after the longest wait) prefills it then; the output stays plain decoding's."""
+    first probe (after the longest wait) prefills it then; the output stays plain decoding's.
+    (The tiny target's steps take ~1 ms against the seed's 1 s: the rule that measures drafting
+    again on a changed machine is held off, as on the machine that made the seed.)"""
+    from engine.decode import draft_length
     from engine.decode.draft_length import MeasuredCosts
+
+    monkeypatch.setattr(draft_length, "MACHINE_CHANGED", float("inf"))
 
     tokenizer, target, drafter = tiny_pair
     prompt = encode(tokenizer, PROMPTS[1])

@@ -284,3 +284,82 @@ def test_only_the_controllers_choice_counts_as_switched_off():
     assert [k for k, _ in last].count(0) >= 8, passes
     assert all(switched_off == (k == 0) for k, switched_off in last), passes
     assert not DraftLengthController(fixed=0, max_k=8).switched_off
+
+
+def _request(ctrl, machine: dict, tokens: int = 96, prompt: int = 60) -> tuple[int, int]:
+    """One request's passes on a simulated machine: ``machine`` gives v0, v1, the draft step and
+    the drafter's catch-up per token (seconds) and the acceptance. A drafter that waited reads
+    the prompt at its first draft, as the decoding loop's deferred prepare does. Returns
+    (passes, passes with speculation off)."""
+    produced, passes, off, unread = 0, 0, 0, prompt if ctrl.drafter_can_wait else 0
+    i = 0
+    while produced < tokens:
+        k = ctrl.next_k()
+        off += ctrl.switched_off
+        catch_up = 0.0
+        if k:
+            catch_up, unread = machine["catch_up"] * unread, 0
+        n = 0
+        while n < k and ((i * 7 + n * 13) % 100) / 100 < machine["acceptance"]:
+            n += 1
+        i += 1
+        unread += 0 if k else 1
+        ctrl.record(k, n, machine["v0"] + machine["v1"] * k, machine["draft"] * k, requested=k, catch_up_s=catch_up)
+        produced += n + 1
+        passes += 1
+    return passes, off
+
+
+def test_a_busy_requests_costs_do_not_keep_speculation_off_once_the_machine_is_quiet():
+    """A request beside other programs measured drafting too dear to pay and handed that on;
+    on the quiet machine after it, drafting pays (acceptance 0.9). Speculation must come back
+    within the first quiet request, not stay off for every later one."""
+    from engine.decode.draft_length import MeasuredCosts
+
+    busy = MeasuredCosts(v0=0.30, v1=0.10, draft_step_s=0.40, acceptance=0.5, catch_up_per_token_s=0.12)
+    quiet = {"v0": 0.065, "v1": 0.004, "draft": 0.012, "catch_up": 0.005, "acceptance": 0.9}
+    assert DraftLengthController(max_k=8, known=busy).next_k() == 0  # the seed rules drafting out
+    known, offs = busy, []
+    for _ in range(4):
+        ctrl = DraftLengthController(max_k=8, known=known)
+        passes, off = _request(ctrl, quiet)
+        offs.append(off / passes)
+        known = ctrl.measured()
+    # The first quiet request sees its plain steps run 4.6x faster than the seed's: it probes
+    # after probe_every tokens and speculates from there; the next ones from their first pass.
+    assert offs[0] < 0.6 and max(offs[1:]) < 0.1, offs
+    assert known.age == 0 and known.draft_step_s == pytest.approx(0.012)
+
+
+def test_seeded_costs_follow_this_requests_plain_step_cost_until_it_drafts():
+    from engine.decode.draft_length import MeasuredCosts
+
+    seed = MeasuredCosts(v0=1.0, v1=0.5, draft_step_s=0.6, acceptance=0.5, catch_up_per_token_s=0.4)
+    ctrl = DraftLengthController(max_k=8, probe_every=64, known=seed)
+    assert ctrl.next_k() == 0
+    for _ in range(40):  # the machine now runs every step 4x faster
+        ctrl.record(0, 0, 0.25, 0.0, requested=0)
+    costs = ctrl.measured()
+    assert costs.v0 < 0.27  # a decayed average moving to 0.25
+    # The seeded costs kept their ratios to v(0): a quarter of what the seed said, like v(0).
+    assert costs.v1 / costs.v0 == pytest.approx(0.5) and costs.draft_step_s / costs.v0 == pytest.approx(0.6)
+    assert costs.catch_up_per_token_s / costs.v0 == pytest.approx(0.4)
+    assert costs.age == 1  # handed on unmeasured: older by one request
+
+
+def test_costs_that_never_pay_are_measured_again_only_every_few_requests():
+    """Where drafting truly never pays (an int4 target's dear verification), a request seeded
+    with fresh costs starts off and does not probe; only a seed STALE_AFTER requests old buys
+    one probe (its catch-up over the prompt) to measure again."""
+    from engine.decode.draft_length import STALE_AFTER
+
+    dear = {"v0": 0.1, "v1": 0.06, "draft": 0.05, "catch_up": 0.02, "acceptance": 0.5}
+    first = DraftLengthController(max_k=8)
+    _request(first, dear)
+    known, probed = first.measured(), []
+    for _ in range(3 * (STALE_AFTER + 1)):
+        ctrl = DraftLengthController(max_k=8, known=known)
+        passes, off = _request(ctrl, dear)
+        probed.append(off < passes)
+        known = ctrl.measured()
+    assert sum(probed) <= 3 and any(probed)
