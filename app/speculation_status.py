@@ -5,7 +5,8 @@ Causes, most specific first: the user chose no drafter; the drafter given was re
 vocabulary, a mismatched assistant: engine.drafters.assistant_fit); the engine replaced the
 chosen drafter (Session.drafter_note); no draft model is loaded, so prompt lookup drafts; the
 draft-length controller switched speculation off for part of a reply
-(RunStats.speculation_off_steps)."""
+(RunStats.speculation_off_steps). After those, a note when the last reply gave up CPU threads to
+other programs keeping cores busy (RunStats.threads_fewest), so a slower reply is explained."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,10 +26,24 @@ class SpeculationState:
     off_steps: int = 0  # steps of the last speculative reply with speculation switched off
     steps: int = 0
     acceptance: float = 0.0
+    threads_fewest: int = 0  # the fewest threads a step of the last reply ran with (0: not counted)
+    threads_max: int = 0
+
+
+def threads_note(state: SpeculationState) -> str:
+    if not state.threads_fewest or state.threads_fewest >= state.threads_max:
+        return ""
+    return (f"Other programs kept cores busy: the last reply ran on {state.threads_fewest} of {state.threads_max} "
+            "threads there, which is faster than sharing those cores with them.")
 
 
 def explain(state: SpeculationState) -> str:
-    """The line to show, "" when speculation runs as chosen."""
+    """The line to show, "" when speculation runs as chosen on every thread."""
+    return " ".join(part for part in (_speculation(state), threads_note(state)) if part)
+
+
+def _speculation(state: SpeculationState) -> str:
+    """Why speculation is not what runs, "" when it runs as chosen."""
     if state.choice == "off":
         return ("Speculation is off: you chose plain decoding (Drafter: Off). "
                 "Choose “Draft model” or “Prompt lookup” to draft again.")

@@ -264,7 +264,8 @@ class MainWindow(QMainWindow):
         if isinstance(event, Finished) and getattr(payload, "lane", "") in ("speculative", "chat"):
             st = event.stats
             self.speculation.update_state(off_steps=st.speculation_off_steps,
-                                          steps=st.target_passes, acceptance=st.acceptance)
+                                          steps=st.target_passes, acceptance=st.acceptance,
+                                          threads_fewest=st.threads_fewest, threads_max=st.threads_max)
 
     # --- events from the worker ---------------------------------------------------------------
     def on_event(self, envelope: JobEvent) -> None:

@@ -13,7 +13,9 @@ For every prompt, in this order: Tandem's plain and speculative decoding of the 
 --draft-max: a load drift in the shared machine slows both sides alike. Then, for reference,
 Tandem's int4 precision on the converted target, each prompt followed by one more llama-bench
 run. All figures are decode rates (tokens over the time after the prompt's prefill), both threads
-counts the same (--threads, default 2).
+counts the same (--threads, default 2; Tandem gives threads up to cores other programs keep busy
+unless --fixed-threads, llama.cpp keeps its -t). --background-load / --memory-pressure run both
+engines beside busy threads or held RAM, started once the models are loaded.
 """
 from __future__ import annotations
 
@@ -55,6 +57,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="run llama.cpp without its weight repacking (--repack 0 / --no-repack). On a CPU with AMX its"
                         " repacked AMX path is what runs; on a VM that exposes AMX its speculative binary crashed there"
                         " (SIGSEGV in ggml_backend_amx_mul_mat) and its plain decode ran slower than without repacking")
+    p.add_argument("--background-load", type=int, default=0, metavar="N",
+                   help="N busy threads in a child process while both engines run (a busy machine; default 0)")
+    p.add_argument("--memory-pressure", type=float, default=0.0, metavar="GB",
+                   help="a child process holding this much RAM while both engines run (less page cache; default 0)")
     p.add_argument("--json", default="peer-llamacpp.json")
     model_options(p)
     p.set_defaults(precision="file", max_new_tokens=96)
@@ -199,6 +205,7 @@ def main(argv=None) -> int:
         llamacpp.PEER_ENV.pop("OMP_WAIT_POLICY", None)
     import torch
 
+    from engine.bench.background_load import BackgroundLoad
     from engine.bench.suite import read_prompts, select_prompts
     from engine.cli.common import drafter_options, load_session, write_json_atomically
     from engine.core.paths import cache_dir
@@ -237,7 +244,11 @@ def main(argv=None) -> int:
     record["tandem_kernels"] = {"report": cpu_kernel_report(), "gguf_linear": backend_name()}
     print(f"Tandem kernels: {record['tandem_kernels']['report']}", flush=True)
     peer = Peer(binaries, Path(args.target), peer_drafter, args)
-    file_report, file_peer = tandem_phase(session, prompts, peer, args, with_speculation=True)
+    # The same load for both engines: started after the models load, stopped after the last run.
+    load = BackgroundLoad(threads=args.background_load, memory_gb=args.memory_pressure)
+    with load:
+        file_report, file_peer = tandem_phase(session, prompts, peer, args, with_speculation=True)
+        record["background_load"] = load.describe() if load.active else None
     record["file"] = {"tandem": file_report, "llamacpp": file_peer, "summary": summarize(file_report, file_peer, args.draft_max)}
     record["goals"] = goals(record["file"]["summary"])
     write_json_atomically(out, record)
@@ -248,13 +259,16 @@ def main(argv=None) -> int:
         args.target = args.int4_target or str(default_pair.prepare(default_pair.TARGET))
         args.precision = "int4"
         session = load_session(args)
-        int4_report, int4_peer = tandem_phase(session, prompts, peer, args, with_speculation=False)
+        with BackgroundLoad(threads=args.background_load, memory_gb=args.memory_pressure):
+            int4_report, int4_peer = tandem_phase(session, prompts, peer, args, with_speculation=False)
         record["int4"] = {"tandem": int4_report, "llamacpp": int4_peer, "summary": summarize(int4_report, int4_peer, args.draft_max)}
         del session
         gc.collect()
 
     record["load_average_after"] = load_average()
     write_json_atomically(out, record)
+    if record.get("background_load"):
+        print(f"background load while both ran: {record['background_load']}")
     print(f"\nCPU {record['cpu']}, {args.threads} threads; load average before {record['load_average_before']}, after {record['load_average_after']}")
     print(f"llama.cpp CPU features: {' '.join(record['llamacpp']['cpu_features'])}")
     print(f"Tandem kernels: {record['tandem_kernels']['report']}")

@@ -36,7 +36,8 @@ class RunStats:
     ``mean_accepted_per_pass`` is accepted draft tokens per target verification pass;
     ``tokens_per_pass`` adds the target's own token (the usual "acceptance length").
     ``prompt_done`` of ``prompt_tokens`` are in the target's cache (the prefill's progress);
-    ``cached_tokens`` of them were kept from an earlier request, not prefilled again."""
+    ``cached_tokens`` of them were kept from an earlier request, not prefilled again.
+    ``threads_fewest`` / ``threads_max``: see the fields."""
 
     new_tokens: int = 0
     seconds: float = 0.0
@@ -56,6 +57,10 @@ class RunStats:
     prompt_tokens: int = 0
     prompt_done: int = 0
     cached_tokens: int = 0
+    #: The fewest CPU threads a step of this request ran with, of at most ``threads_max``: fewer
+    #: when other programs kept cores busy (engine.core.threads); 0 where nobody counted.
+    threads_fewest: int = 0
+    threads_max: int = 0
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,12 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psutil
 import torch
+
+from engine.core.events import Finished, Stats
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,9 @@ class ThreadPolicy:
                     event = next(events)
                 except StopIteration:
                     return
+                if isinstance(event, (Stats, Finished)):
+                    event = replace(event, stats=replace(event.stats, threads_fewest=min(self.used),
+                                                         threads_max=self.max_threads))
                 yield event
         finally:
             events.close()

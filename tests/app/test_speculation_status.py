@@ -102,3 +102,37 @@ def test_each_cause_has_its_own_words():
              explain(SpeculationState(choice="lookup")), explain(SpeculationState(off_steps=3, steps=9))}
     assert len(texts) == 6 and "" not in texts
     assert explain(SpeculationState()) == ""
+
+
+def test_a_reply_that_gave_threads_to_other_programs_says_so():
+    from app.speculation_status import SpeculationState, explain
+
+    assert explain(SpeculationState(threads_fewest=2, threads_max=2)) == ""
+    note = explain(SpeculationState(threads_fewest=1, threads_max=2))
+    assert "ran on 1 of 2 threads" in note and "Other programs" in note
+    both = explain(SpeculationState(threads_fewest=1, threads_max=2, off_steps=3, steps=9))
+    assert "switched itself off" in both and "1 of 2 threads" in both
+
+
+@pytest.mark.skipif(__import__("os").cpu_count() < 2, reason="one core: no thread to give up")
+def test_the_demo_beside_busy_programs_runs_on_fewer_threads_and_says_so(qtbot, make_window):
+    """Busy threads on every core while the demo runs (tiny real pair): the engine's thread
+    policy gives threads up, the reply's stats count it, and the status line says so."""
+    import torch
+
+    from app.jobs import SESSION
+    from engine.bench.background_load import BackgroundLoad
+
+    window = make_window()
+    session = window.host.worker.state.get(SESSION)
+    session.threads.interval_s = 0.0  # a tiny model's reply is short: sample before every step
+    session.threads.max_threads = max(2, session.threads.max_threads)
+    window.tabs.setCurrentWidget(window.demo)
+    window.demo.prompt.setPlainText("def add(a, b):")
+    window.demo.controls.max_new_tokens.setValue(40)
+    with BackgroundLoad(threads=torch.get_num_threads() * 2):
+        with qtbot.waitSignal(window.demo_finished, timeout=120_000) as done:
+            window.demo.run_button.click()
+    stats = done.args[0].speculative.stats
+    assert stats.threads_max == session.threads.max_threads and stats.threads_fewest < stats.threads_max
+    assert f"ran on {stats.threads_fewest} of {stats.threads_max} threads" in window.speculation.text()

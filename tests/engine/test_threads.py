@@ -78,3 +78,20 @@ def test_a_request_runs_paced_and_leaves_torchs_count_as_it_found_it():
     next(events)
     events.close()
     assert torch.get_num_threads() == before
+
+
+def test_a_requests_stats_say_the_fewest_threads_it_ran_with():
+    from engine.core.events import Finished, RunStats, Stats, Tokens
+
+    policy = ThreadPolicy(max_threads=torch.get_num_threads(), interval_s=0.0)
+
+    def steps():
+        yield Tokens("a", (1,), (False,), 0, 0, 1.0)
+        yield Stats(RunStats(new_tokens=1))
+        yield Finished("eos", RunStats(new_tokens=1))
+
+    events = list(policy.paced(steps()))
+    assert events[0] == Tokens("a", (1,), (False,), 0, 0, 1.0)
+    for event in events[1:]:
+        assert event.stats.threads_fewest == min(policy.used) >= 1
+        assert event.stats.threads_max == policy.max_threads
