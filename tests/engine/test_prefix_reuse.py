@@ -68,10 +68,15 @@ def test_runner_logits_after_a_kept_prefix_equal_a_fresh_prefill(session):
 
 @pytest.mark.parametrize("drafter", ["off", "model"])
 @pytest.mark.parametrize("mode", ["greedy", "sample"])
-def test_a_chat_turn_reuses_the_last_and_equals_a_fresh_prefill(session, small_chunks, drafter, mode):
+def test_a_chat_turn_reuses_the_last_and_equals_a_fresh_prefill(session, small_chunks, drafter, mode, monkeypatch):
     # A fixed draft length: the adaptive one follows measured step times, and sampled speculation
     # draws its random numbers per drafted token, so two runs drafting differently draw different
-    # (equally valid) samples whatever their caches.
+    # (equally valid) samples whatever their caches. For the same reason the drafter reads the
+    # whole prompt in both runs: from a window, the fresh run's drafter would start later in the
+    # prompt than the one that kept the first turn, and draft otherwise.
+    from engine.drafters import draft_model
+
+    monkeypatch.setattr(draft_model, "DRAFT_WINDOW", 4096)
     settings = DecodeSettings(max_new_tokens=16, mode=mode, temperature=0.9, seed=5, draft_length=3)
     first_ids = session.encode(_messages(FILE + "\nExplain this."))
     first = _fresh(session, first_ids, settings, drafter)
