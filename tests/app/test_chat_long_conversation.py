@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_growing_chat_reads_only_what_each_turn_adds(qtbot, real_pair_window, capsys, tmp_path):
     window = real_pair_window
-    turns = json.loads((RESOURCES / "prompts" / "conversation.json").read_text())["turns"][:3]
+    turns = json.loads((RESOURCES / "prompts" / "conversation.json").read_text())["turns"]
     progress: list[str] = []
 
     def watch() -> None:
@@ -29,27 +29,31 @@ def test_a_growing_chat_reads_only_what_each_turn_adds(qtbot, real_pair_window, 
     chat = window.chat
     window.tabs.setCurrentWidget(chat)
     chat.panel.max_new_tokens.setValue(32)
-    window.stalls.reset()
     timer.start(5)
+    stalls = []
     try:
         for turn in turns:
+            window.stalls.reset()
             chat.input.setPlainText(turn)
             chat.send_button.click()
             qtbot.waitUntil(lambda: not chat.running, timeout=900_000)
+            stalls.append(window.stalls.worst_ms)
     finally:
         timer.stop()
-    worst = window.stalls.worst_ms
+    window.grab().save(str(tmp_path / "chat-after-four-turns.png"))
+    worst = max(stalls)
     metas = [m["meta"] for m in chat.current.messages if m["role"] == "assistant"]
-    assert len(metas) == 3 and all(m["new_tokens"] > 0 for m in metas)
-    first, second, third = metas
+    assert len(metas) == len(turns) == 4 and all(m["new_tokens"] > 0 for m in metas)
+    first = metas[0]
     assert first["prompt_tokens"] > 512 and first["cached_tokens"] < first["prompt_tokens"] // 4
     # Each turn's prompt starts with the last one's: all of it is kept.
-    assert second["cached_tokens"] >= first["prompt_tokens"]
-    assert third["cached_tokens"] >= second["prompt_tokens"]
+    for earlier, later in zip(metas, metas[1:]):
+        assert later["cached_tokens"] >= earlier["prompt_tokens"]
     assert progress and all("of" in p and "tokens" in p for p in progress)
     with capsys.disabled():
         print("\n[real pair growing chat] " + "; ".join(
             f"turn {i + 1}: prompt {m['prompt_tokens']} ({m['cached_tokens']} kept), first token {m['ttft_s']:.2f} s,"
             f" {m['new_tokens']} tokens at {m['tok_per_s']:.1f} tok/s" for i, m in enumerate(metas))
-            + f"; progress shown {len(progress)} times; worst GUI stall {worst:.0f} ms; screenshot {tmp_path}")
+            + f"; progress shown {len(progress)} times; worst GUI stall by turn "
+            + ", ".join(f"{w:.0f}" for w in stalls) + f" ms; screenshots in {tmp_path}")
     assert worst < 1000  # the goal is < 50 ms; this guards against a freeze on a noisy machine
