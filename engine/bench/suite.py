@@ -400,11 +400,29 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
             + (f"over {len(seeds)} seeds at T={settings.temperature:g}"
                + ("" if row["plain_repeats_identical"] else ", PLAIN REPEATS DIFFER")
                if sampled else f"{'identical' if row['identical'] else 'DIFFERS at ' + str(row['first_divergence'])}")
+            + (f"  disk page faults plain {row['plain']['major_faults']}, spec {spec['major_faults']}"
+               if row["plain"].get("major_faults") or spec.get("major_faults") else "")
         )
     final = report(complete=True)
     if on_report is not None:
         on_report(final)
     return final
+
+
+def major_faults() -> int | None:
+    """Page faults this process has taken that read from disk so far (None where not counted):
+    a memory-mapped GGUF target whose pages another program's memory use pushed out takes
+    them at every step."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+
+
+def _faults_since(before: int | None) -> int | None:
+    now = major_faults()
+    return None if before is None or now is None else now - before
 
 
 def _timed_pair(session: Session, ids: list[int], settings: DecodeSettings, drafter: DrafterKind,
@@ -416,11 +434,14 @@ def _timed_pair(session: Session, ids: list[int], settings: DecodeSettings, draf
     for _ in range(repeats):
         # Every run a first turn: none finds an earlier run's prefix in a kept cache.
         session.forget_prefixes()
+        faults = major_faults()
         plains.append(_ours(session.plain(ids, settings)))
         plains[-1]["threads_used"] = list(session.threads.used)  # engine.core.threads: in order
+        plains[-1]["major_faults"], faults = _faults_since(faults), major_faults()
         session.forget_prefixes()
         specs.append(_speculative(session, ids, settings, drafter))
         specs[-1]["threads_used"] = list(session.threads.used)
+        specs[-1]["major_faults"] = _faults_since(faults)
     plain, spec = _median_run(plains), _median_run(specs)
     plain["repeats_identical"] = all(r["token_ids"] == plains[0]["token_ids"] for r in plains)
     spec["repeats_identical"] = all(r["token_ids"] == specs[0]["token_ids"] for r in specs)

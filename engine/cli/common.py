@@ -107,6 +107,13 @@ def load_session(args, need_drafter=True):
     print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "")
           + f" ({args.precision}: {label_for(args.precision, target)})", file=sys.stderr)
     session = Session.load(target, drafter, args.precision, args.device, drafter_options=options)
+    if getattr(args, "mlock", False):
+        from engine.gguf.resident import CannotKeepResident
+
+        try:
+            print(session.keep_weights_resident().describe(), file=sys.stderr)
+        except CannotKeepResident as exc:
+            print(f"warning: {exc}", file=sys.stderr)
     if getattr(args, "fixed_threads", False):
         from engine.core.threads import ThreadPolicy
 
@@ -167,6 +174,10 @@ def model_options(p: argparse.ArgumentParser) -> None:
                    help="tokens kept by the pruned drafter head")
     p.add_argument("--min-confidence", type=float, default=DEFAULT_MIN_CONFIDENCE,
                    help="stop a draft once the drafter's probability of its next token is below this")
+    p.add_argument("--mlock", action="store_true",
+                   help="keep a GGUF target's weights locked in RAM, so that other programs' memory use cannot push them"
+                        " out to be read from disk again at every step (needs the locked-memory limit, ulimit -l, to"
+                        " cover the file; where it does not, a warning and the run goes on memory-mapped)")
     p.add_argument("--fixed-threads", action="store_true",
                    help="keep torch's thread count for every step (default: give up threads to cores that other"
                         " programs keep busy, which runs several times faster beside them)")

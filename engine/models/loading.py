@@ -41,6 +41,8 @@ class LoadedModel:
     #: A model from a GGUF file: how the file holds its weights ("Q4_K_M"); its embedding and LM
     #: head are the file's whatever ``weights`` its layers run at ("file", or a drafter's int8 / int4).
     quantization: str = ""
+    #: The memory-mapped GgufFile a GGUF model computes from (engine.gguf.resident can lock it).
+    gguf_file: object = None
 
 
 class DamagedModelFiles(RuntimeError):
@@ -216,7 +218,7 @@ def _load_gguf(path: Path, precision: Precision, device: str, role: str, with_to
         held, from_cache = weights, requantize_layers(loaded.model, loaded.file, weights)
         seconds += time.perf_counter() - start
     return LoadedModel(path.name, loaded.model, loaded.tokenizer, torch.device("cpu"), torch.float32, seconds,
-                       held, from_cache, loaded.quantization)
+                       held, from_cache, loaded.quantization, loaded.file)
 
 
 def drafter_weights(requested: str, precision: Precision, device: str = "auto") -> str:

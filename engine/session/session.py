@@ -21,6 +21,7 @@ from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_l
 from engine.drafters.reduced_head import ReducedHead
 from engine.gguf import is_gguf
 from engine.gguf.chat_template import guard
+from engine.gguf.resident import CannotKeepResident, Resident, keep_resident
 from engine.models.loading import LoadedModel, check_model_folder, drafter_weights, load_model, read_config, same_vocabulary
 from engine.models.placement import check_fits, dtype_for, pick_device, weights_name
 from engine.models.prefix_reuse import RunnerPool
@@ -118,6 +119,14 @@ class Session:
             weights = drafter_weights(options.precision, precision, str(dev))
             drafter = load_model(drafter_path, precision, str(dev), role="drafter", weights=weights, check_memory=False)
         return cls(target, drafter, options)
+
+    def keep_weights_resident(self) -> Resident:
+        """Lock the GGUF target's memory-mapped weights in RAM (``--mlock``), so that another
+        program's memory use cannot push them out to be read back from disk at every step.
+        Raises CannotKeepResident saying why where it cannot (a limit; a model already in RAM)."""
+        if self.target.gguf_file is None:
+            raise CannotKeepResident(f"{self.target.name} is not memory-mapped: its weights are already held in RAM")
+        return keep_resident(self.target.gguf_file)
 
     @property
     def model_drafter(self) -> DraftModelDrafter | None:
