@@ -141,6 +141,15 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
             refused = str(exc)
             log.warning("drafter refused: %s", refused)
             session = Session.load(target_path, None, precision, device)
+        resident = None
+        if settings is not None and settings.keep_in_ram:
+            from engine.gguf.resident import CannotKeepResident
+
+            try:
+                resident = session.keep_weights_resident().describe()
+            except CannotKeepResident as exc:
+                resident = str(exc)
+                log.warning("keep in RAM: %s", exc)
         kind, note = default_drafter(session)
         ctx.emit(Progress("Warming up", 0, 0))
         warm_up(session, kind)
@@ -158,6 +167,7 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
             drafter_refused=refused,
             settings=settings,
             threads=torch.get_num_threads(),
+            resident=resident,
         ))
 
     return run

@@ -46,6 +46,8 @@ class ModelLoaded:
     #: threads the engine thread then ran with; None when loaded without them.
     settings: object = None
     threads: int = 0
+    #: With "Keep in RAM": what was locked, or why it could not be (None when not asked).
+    resident: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QComboBox, QGridLayout, QGroupBox, QLabel, QPushButton, QSpinBox
+from PySide6.QtWidgets import QCheckBox, QComboBox, QGridLayout, QGroupBox, QLabel, QPushButton, QSpinBox
 
 FOLLOW_APP = ("Follow the app (demo's choice)", "")
 DEFAULT_PAIR = "default-offline"
@@ -72,18 +72,22 @@ class Field(str, Enum):
     DRAFTER = "drafter"
     DRAFT_LENGTH = "draft_length"
     THREADS = "threads"
+    KEEP_IN_RAM = "keep_in_ram"
 
 
 @dataclass(frozen=True)
 class ModelSettings:
     """``precision`` "" = the app's; ``context`` 0 = the picker's; ``draft_length`` 0 = auto;
-    ``threads`` 0 = the engine's default (all physical cores)."""
+    ``threads`` 0 = the engine's default (all physical cores). ``keep_in_ram``: lock a GGUF
+    model's memory-mapped weights in RAM (engine.gguf.resident), so other programs' memory use
+    cannot push them out."""
 
     precision: str = ""
     context: int = 0
     drafter: str = "model"
     draft_length: int = 0
     threads: int = 0
+    keep_in_ram: bool = False
 
     def resolved_precision(self, app_precision: str) -> str:
         return self.precision or app_precision
@@ -114,6 +118,8 @@ class ModelSettingsStore:
             drafter=drafter if drafter in {k for _, k in DRAFTERS} else d.drafter,
             draft_length=min(8, max(0, read(Field.DRAFT_LENGTH, d.draft_length, int))),
             threads=max(0, read(Field.THREADS, d.threads, int)),
+            # QSettings' ini files hold booleans as the words "true" / "false".
+            keep_in_ram=read(Field.KEEP_IN_RAM, d.keep_in_ram, lambda v: str(v).lower() in ("true", "1")),
         )
 
     def set(self, entry_id: str, settings: ModelSettings) -> None:
@@ -151,10 +157,15 @@ class ModelSettingsPanel(QGroupBox):
         self.threads = QSpinBox()
         self.threads.setRange(0, 256)
         self.threads.setSpecialValueText("All cores")
+        self.keep_in_ram = QCheckBox("Keep in RAM")
+        self.keep_in_ram.setToolTip("Lock a GGUF model's weights in memory (as llama.cpp's --mlock), so that other\n"
+                                    "programs' memory use cannot push them out to be read from disk at every step.\n"
+                                    "Needs the system's locked-memory limit to cover the file; you are told if it does not.")
         self.reset = QPushButton("Reset to defaults")
         for col, (label, widget) in enumerate([("Precision", self.precision), ("Context length", self.context),
                                                ("Drafter", self.drafter), ("Draft length", self.draft_length),
-                                               ("Threads", self.threads), ("", self.reset)]):
+                                               ("Threads", self.threads), ("Memory", self.keep_in_ram),
+                                               ("", self.reset)]):
             caption = QLabel(label)
             caption.setStyleSheet("color: #555; font-size: 11px;")
             grid.addWidget(caption, 0, col)
@@ -165,6 +176,7 @@ class ModelSettingsPanel(QGroupBox):
             combo.activated.connect(lambda _: self._save())
         for spin in (self.draft_length, self.threads):
             spin.valueChanged.connect(lambda _: self._save())
+        self.keep_in_ram.toggled.connect(lambda _: self._save())
         self.reset.clicked.connect(self._reset)
         self.setEnabled(False)
 
@@ -181,6 +193,7 @@ class ModelSettingsPanel(QGroupBox):
         self.drafter.setCurrentIndex(max(0, self.drafter.findData(s.drafter)))
         self.draft_length.setValue(s.draft_length)
         self.threads.setValue(s.threads)
+        self.keep_in_ram.setChecked(s.keep_in_ram)
         self.entry_id = entry_id
 
     def _offer_precisions(self, entry_id: str | None, quantization: str = "") -> None:
@@ -194,7 +207,7 @@ class ModelSettingsPanel(QGroupBox):
 
     def value(self) -> ModelSettings:
         return ModelSettings(self.precision.currentData(), self.context.currentData(), self.drafter.currentData(),
-                             self.draft_length.value(), self.threads.value())
+                             self.draft_length.value(), self.threads.value(), self.keep_in_ram.isChecked())
 
     def _save(self) -> None:
         if self.entry_id is None:

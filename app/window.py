@@ -357,7 +357,8 @@ class MainWindow(QMainWindow):
             offer_precisions(self.demo.controls.precision, loaded)
             mode = self.demo.controls.precision.currentText() or loaded.precision
         self.model_label.setText(f"{loaded.target}{drafter} · {mode} · {loaded.device}")
-        self.statusBar().showMessage(f"Loaded in {loaded.seconds:.1f} s", 8000)
+        self.statusBar().showMessage(f"Loaded in {loaded.seconds:.1f} s" + (f". {loaded.resident}" if loaded.resident else ""),
+                                     8000 if not loaded.resident else 20000)
         self.demo.controls.offer_drafter(loaded.drafter_kind)
         if loaded.settings is not None:  # the model's own drafter and draft length
             c = self.demo.controls
