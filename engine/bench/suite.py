@@ -452,7 +452,7 @@ def _report(session: Session, results: list[dict], step_costs: dict | None, head
             max_new_tokens: int, drafter: DrafterKind, repeats: int) -> dict:
     options = session.drafter_options
     return {"settings": {"max_new_tokens": max_new_tokens, "precision": session.precision, "drafter": drafter, "repeats": repeats,
-                         "threads": session.threads.max_threads, "thread_policy": session.threads.choice().policy,
+                         "threads": session.threads.max_threads, "thread_policy": session.threads.policy,
                          "target": session.target.name,
                          "drafter_model": session.drafter_model.name if session.drafter_model else None,
                          "drafter_weights": session.drafter_model.weights if session.drafter_model else None,

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import psutil
 import torch
@@ -40,23 +40,6 @@ log = logging.getLogger(__name__)
 SHARE_TOLERATED = 0.35
 #: Seconds between two samples of the machine's CPU time; a shorter window is mostly noise.
 INTERVAL_S = 0.3
-
-
-@dataclass(frozen=True)
-class ThreadChoice:
-    """What the policy runs with now, for reports: ``threads`` of at most ``max_threads``,
-    ``others_cores`` busy with other programs over the last interval (None before a sample)."""
-
-    policy: str  # "adaptive" or "fixed"
-    threads: int
-    max_threads: int
-    others_cores: float | None
-
-    def describe(self) -> str:
-        if self.policy == "fixed":
-            return f"{self.threads} threads (fixed)"
-        others = "" if self.others_cores is None else f", other programs using {self.others_cores:.1f} cores"
-        return f"{self.threads} of {self.max_threads} threads (adaptive{others})"
 
 
 def threads_for(cpus: int, others_cores: float, max_threads: int) -> int:
@@ -91,9 +74,9 @@ class ThreadPolicy:
         #: The thread counts the last request ran with, in order (for reports).
         self.used: list[int] = []
 
-    def choice(self) -> ThreadChoice:
-        return ThreadChoice("adaptive" if self.adaptive else "fixed", self.threads, self.max_threads,
-                            None if self.others_cores is None else round(self.others_cores, 2))
+    @property
+    def policy(self) -> str:
+        return "adaptive" if self.adaptive else "fixed"
 
     def _sample(self) -> tuple[float, float, float]:
         own = self._process.cpu_times()

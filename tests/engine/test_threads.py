@@ -29,7 +29,7 @@ def _until(policy: ThreadPolicy, done, limit: int = 200) -> None:
         policy.adjust()
         if done(policy):
             return
-    raise AssertionError(f"the policy never got there: {policy.choice()}")
+    raise AssertionError(f"the policy never got there: {policy.threads} threads, others {policy.others_cores}")
 
 
 @pytest.mark.skipif((psutil.cpu_count() or 1) < 2, reason="one core: nothing to give up")
