@@ -420,9 +420,8 @@ def major_faults() -> int | None:
     return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
 
 
-def _faults_since(before: int | None) -> int | None:
-    now = major_faults()
-    return None if before is None or now is None else now - before
+def _faults(before: int | None, after: int | None) -> int | None:
+    return None if before is None or after is None else after - before
 
 
 def _timed_pair(session: Session, ids: list[int], settings: DecodeSettings, drafter: DrafterKind,
@@ -434,14 +433,14 @@ def _timed_pair(session: Session, ids: list[int], settings: DecodeSettings, draf
     for _ in range(repeats):
         # Every run a first turn: none finds an earlier run's prefix in a kept cache.
         session.forget_prefixes()
-        faults = major_faults()
+        before = major_faults()
         plains.append(_ours(session.plain(ids, settings)))
-        plains[-1]["threads_used"] = list(session.threads.used)  # engine.core.threads: in order
-        plains[-1]["major_faults"], faults = _faults_since(faults), major_faults()
+        between = major_faults()
+        plains[-1].update(threads_used=list(session.threads.used),  # engine.core.threads: in order
+                          major_faults=_faults(before, between))
         session.forget_prefixes()
         specs.append(_speculative(session, ids, settings, drafter))
-        specs[-1]["threads_used"] = list(session.threads.used)
-        specs[-1]["major_faults"] = _faults_since(faults)
+        specs[-1].update(threads_used=list(session.threads.used), major_faults=_faults(between, major_faults()))
     plain, spec = _median_run(plains), _median_run(specs)
     plain["repeats_identical"] = all(r["token_ids"] == plains[0]["token_ids"] for r in plains)
     spec["repeats_identical"] = all(r["token_ids"] == specs[0]["token_ids"] for r in specs)
