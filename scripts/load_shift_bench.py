@@ -23,8 +23,8 @@ import json
 from engine.bench.background_load import BackgroundLoad
 from engine.bench.suite import geomean, read_prompts, select_prompts
 from engine.core.settings import DecodeSettings
-from engine.core.threads import ThreadPolicy
 from engine.core.paths import RESOURCES
+from engine.core.threads import ThreadPolicy
 from engine.models import default_pair
 from engine.session.compare import drain, warm_up
 from engine.session.session import Session

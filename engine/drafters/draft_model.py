@@ -16,10 +16,9 @@ from engine.models.runner import ModelRunner
 
 
 #: The most prompt tokens a drafter prefills for one request. Its prefill is paid before it drafts,
-#: after the first token, at ~200 tok/s for the default drafter on 2 cores: 512 tokens cost ~2.5 s
-#: there, and once the target's one-token step took ~40 ms a 96-token reply decodes in ~4 s, so
-#: on the long code prompts speculation ran 0.75x / 1.01x / 0.93x of plain (1k / 2k / 4k tokens)
-#: against 1.02x / 1.99x / 1.05x with 128 (same host, minutes apart). Its cache then starts at
+#: after the first token, at ~200 tok/s for the default drafter on 2 cores: 512 tokens cost ~2.5 s,
+#: more than speculation saves on a ~100-token reply when a target step takes ~40 ms (the long
+#: code prompts ran 0.75-1.01x of plain with 512, 1.02-1.99x with 128). Its cache then starts at
 #: that point of the prompt; rotary positions are relative, so it drafts from its window as from
 #: a whole prompt, only without the text before it (prompt lookup still copies from all of it).
 DRAFT_WINDOW = 128
