@@ -83,9 +83,18 @@ def mapped_files(min_bytes: int = 1 << 20) -> dict[str, int]:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size so far (Linux reports KiB, macOS bytes)."""
+    """This process's peak resident set size so far. On Linux the mm's own high-water mark
+    (VmHWM), which starts afresh at exec: ru_maxrss carries over the peak of the process that
+    forked this one (a test runner's 2 GiB, say). Elsewhere ru_maxrss (macOS reports bytes)."""
     import resource  # POSIX only, like this probe
 
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 

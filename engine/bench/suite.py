@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch
 
 from engine.bench.draft_agreement import draft_agreement, full_head_like
+from engine.bench.memory_probe import peak_rss_bytes
 from engine.bench.step_costs import measure_step_costs
 from engine.core.events import Tokens
 from engine.core.settings import DecodeSettings, InvalidRequest, check_prompt
@@ -530,6 +530,6 @@ def summarize(results: list[dict]) -> dict:
         "c_mean": mean([r.get("step_costs", {}).get("c") for r in results]),
         "agreement_full": agreement(results, "full"),
         "agreement_reduced": agreement(results, "reduced"),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_bytes() / 2**20,
         "by_category": by_category,
     }

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine.models.catalog import load_catalog
+from tests.measured_run import run_measured
 
 from .test_hardware import MACHINES
 
@@ -131,30 +132,9 @@ def _run_bounded(args: list[str], timeout: float = 90) -> tuple[int, str, int]:
     """(exit status, stderr, peak RSS in bytes) of ``tandem models ARGS`` run as a user runs it,
     its address space capped at 6 GiB so that a read without bound fails instead of filling
     this machine's memory; pytest.fail where it is still running after ``timeout`` s."""
-    import resource
-    import tempfile
-    import time
-
-    def cap() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (6 * 2**30, 6 * 2**30))
-
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "models", "--no-local", *args], cwd=ROOT,
-                                stdout=subprocess.DEVNULL, stderr=err, preexec_fn=cap)
-        deadline = time.monotonic() + timeout
-        while True:  # reaped with wait4: this child's own peak RSS (Linux: kilobytes)
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                proc.returncode = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                pytest.fail(f"tandem models {' '.join(args)} was still running after {timeout:.0f} s")
-            time.sleep(0.05)
-        err.seek(0)
-        text = err.read().decode(errors="replace")
-    return proc.returncode, text, usage.ru_maxrss * 1024
+    run = run_measured([sys.executable, "-m", "engine.cli", "models", "--no-local", *args], cwd=ROOT,
+                       timeout=timeout, address_cap=6 * 2**30)
+    return run.returncode, run.stderr, run.peak_rss
 
 
 @pytest.mark.parametrize("kind, words", [("dev-zero", "is not a regular file"), ("fifo", "is not a regular file"),
