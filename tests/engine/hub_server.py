@@ -171,8 +171,8 @@ class FakeHub:
     def send_endless(self, repo_id: str, path: str) -> None:
         self.endless.add(self.file(repo_id, path).sha256)
 
-    def stall_file(self, repo_id: str, path: str, after_bytes: int, times: int = 1) -> None:
-        self.stalls[self.file(repo_id, path).sha256] = Stall(after_bytes, times)
+    def stall_file(self, repo_id: str, path: str, after_bytes: int, times: int = 1, hold_s: float = 30.0) -> None:
+        self.stalls[self.file(repo_id, path).sha256] = Stall(after_bytes, times, hold_s)
         self._release.clear()
 
     def release_stalls(self) -> None:
@@ -212,6 +212,12 @@ class FakeHub:
     def requests(self) -> list[Logged]:
         with self._lock:
             return list(self.log)
+
+    @property
+    def sending(self) -> int:
+        """How many file bodies are being sent now (a stalled one included)."""
+        with self._lock:
+            return self._sending
 
     def wait_idle(self, timeout: float = 5.0) -> None:
         """Until no file body is being sent (a client that went away is noticed at the next

@@ -602,6 +602,6 @@ def test_gguf_estimate_is_within_15_percent_of_resident_memory_generating_at_2k(
           f"peak RSS {measured['peak_rss'] / 2**20:.0f} MiB")
     assert measured["target_file_end"] > 0, "the probe could not read this process's memory maps"
     assert abs(estimate.total - resident) / resident <= 0.15
-    # The untied embedding is left out because lookups leave it unread: the file pages say so.
-    tensors = local_variant(target).tensor_bytes
-    assert measured["target_file_end"] < tensors - 0.8 * local_variant(target).embedding_bytes
+    # Not asserted: how many of the untied embedding's pages end up mapped. Lookups read a few
+    # rows, but the kernel maps neighbouring pages that the page cache already holds (fault-around),
+    # so the count depends on what earlier programs read, not on Tandem.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 from filelock import FileLock
@@ -14,6 +13,9 @@ from kernels import build
 from kernels.attention import cpu_avx2
 
 LOAD = "from kernels.attention import cpu_avx2; cpu_avx2._module(); print('loaded')"
+# The same load, telling on stderr (filelock's debug log) each time it finds the lock held.
+LOAD_TELLING = ("import logging, sys; logging.basicConfig(stream=sys.stderr, format='%(message)s');"
+                " logging.getLogger('filelock').setLevel(logging.DEBUG); " + LOAD)
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +27,8 @@ def build_dir():
     return folder
 
 
-def _load_in_a_fresh_process() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", LOAD], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _load_in_a_fresh_process(code: str = LOAD) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def test_a_lock_left_by_a_killed_loader_does_not_block_the_next_load(build_dir):
@@ -45,9 +47,13 @@ def test_a_live_loader_is_waited_for_not_overrun(build_dir):
     held = FileLock(build_dir.with_name(build_dir.name + ".tandem-lock"))
     with held:  # this process plays one loading now
         (build_dir / build.TORCH_LOCK).touch()
-        proc = _load_in_a_fresh_process()
+        proc = _load_in_a_fresh_process(LOAD_TELLING)
         try:
-            time.sleep(3)
+            told = ""
+            while "not acquired" not in told:  # until it has found the lock held (EOF: it never did)
+                line = proc.stderr.readline()
+                assert line, f"the loader ended without waiting for the holder: {told[-2000:]}"
+                told += line
             assert proc.poll() is None, proc.communicate()  # it waits for the holder
             assert (build_dir / build.TORCH_LOCK).exists()  # and leaves the live holder's lock alone
         except BaseException:
