@@ -7,6 +7,10 @@ blocking calls with deadlines: ``start`` (launch, handshake, list the tools), ``
 naming the server: it does not start or answer the handshake (START_TIMEOUT_S), a call hangs
 (``timeout_s``), its process exits (the call fails, ``alive`` turns false), a result floods
 (text past MAX_RESULT_CHARS is cut, and the cut is said in the text the model reads).
+
+A server's own stderr goes to ``mcp-<name>.log`` in Tandem's log folder (the SDK would write it
+to this process's stderr, which an app started from a desktop does not have), and a server that
+fails to start has the last of what it wrote there quoted in the error.
 """
 from __future__ import annotations
 
@@ -76,17 +80,35 @@ class McpServer:
         self._stack: AsyncExitStack | None = None
         self._client = None
         self._dead: str | None = None
+        self._errlog = None  # the server's stderr: a file in the log folder
+        self._errlog_start = 0
 
     # -- the blocking API ---------------------------------------------------------------------
     def start(self, timeout_s: float = START_TIMEOUT_S) -> tuple[ToolSpec, ...]:
         """Launch the server, shake hands and list its tools (ToolError on any failure)."""
         self._thread.start()
+        self._errlog = _open_errlog(self.config.name)
+        self._errlog_start = self._errlog.tell() if self._errlog.seekable() else 0
         try:
             self.tools = self._run(self._start(), timeout_s, "start")
-        except ToolError:
+        except ToolError as exc:
+            said = self._last_words()
             self.close()
-            raise
+            raise ToolError(f"{exc}; it said: {said}" if said else str(exc)) from None
         return self.tools
+
+    def _last_words(self, limit: int = 300) -> str:
+        """The end of what the server wrote to its stderr since it was started."""
+        if self._errlog is None or not getattr(self._errlog, "name", "").endswith(".log"):
+            return ""
+        try:
+            self._errlog.flush()
+            with open(self._errlog.name, encoding="utf-8", errors="replace") as f:
+                f.seek(self._errlog_start)
+                text = f.read()[-limit:].strip()
+        except OSError:
+            return ""
+        return " / ".join(line.strip() for line in text.splitlines()[-3:] if line.strip())
 
     def call(self, name: str, arguments: dict, timeout_s: float = CALL_TIMEOUT_S) -> ToolResult:
         if self._dead is not None:
@@ -109,6 +131,9 @@ class McpServer:
             self._thread.join(5)
         self._stack = self._client = None
         self._dead = self._dead or "closed"
+        if self._errlog is not None:
+            self._errlog.close()
+            self._errlog = None
 
     # -- on the loop's thread -----------------------------------------------------------------
     def _run(self, coroutine, timeout_s: float, what: str):
@@ -128,11 +153,13 @@ class McpServer:
 
     async def _start(self) -> tuple[ToolSpec, ...]:
         from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
 
         params = StdioServerParameters(command=self.config.command, args=list(self.config.args),
                                        env=dict(self.config.env) or None)
         self._stack = AsyncExitStack()
-        self._client = await self._stack.enter_async_context(Client(params, mode="legacy"))
+        self._client = await self._stack.enter_async_context(Client(stdio_client(params, errlog=self._errlog),
+                                                                    mode="legacy"))
         listing = await self._client.list_tools()
         tools = []
         for tool in listing.tools[:MAX_TOOLS]:
@@ -160,6 +187,23 @@ class McpServer:
             text = (text[:MAX_RESULT_CHARS] + f"\n[the result was cut here: {len(text):,} characters, "
                     f"at most {MAX_RESULT_CHARS:,} are kept]")
         return ToolResult(text, bool(getattr(result, "is_error", False)), truncated)
+
+
+def _open_errlog(name: str):
+    """A file for a server's stderr: ``mcp-<name>.log`` in the log folder, else nowhere."""
+    import os
+    import re
+
+    from engine.core.paths import log_dir
+
+    try:
+        folder = log_dir()
+        folder.mkdir(parents=True, exist_ok=True)
+        return open(folder / f"mcp-{re.sub(r'[^A-Za-z0-9_-]+', '-', name)[:40] or 'server'}.log", "a",
+                    encoding="utf-8", errors="replace")
+    except OSError as exc:
+        log.warning("MCP server %s: its messages are dropped (%s)", name, exc)
+        return open(os.devnull, "w")
 
 
 def _describe(exc: BaseException) -> str:

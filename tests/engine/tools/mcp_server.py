@@ -1,9 +1,10 @@
 """A real MCP server over stdio for the client's tests (the mcp SDK's own server):
 
-    python -m tests.engine.tools.mcp_server [--exit-at-start]
+    python -m tests.engine.tools.mcp_server [--exit-at-start] [--only NAME,NAME]
 
 tools: add (two integers), weather (a city's made-up weather), hang (never answers),
-flood (a 10 MB result), die (the process exits mid-call), fail (the tool raises).
+flood (a 10 MB result), die (the process exits mid-call), fail (the tool raises); --only
+offers just the named ones (a chat's model then has only those to choose from).
 """
 from __future__ import annotations
 
@@ -49,5 +50,10 @@ def fail() -> str:
 
 if __name__ == "__main__":
     if "--exit-at-start" in sys.argv:
+        print("tandem-test: no configuration found, exiting", file=sys.stderr)
         sys.exit(2)
+    if "--only" in sys.argv:
+        keep = set(sys.argv[sys.argv.index("--only") + 1].split(","))
+        for name in [t for t in ("add", "weather", "hang", "flood", "die", "fail") if t not in keep]:
+            server.remove_tool(name)
     server.run("stdio")

@@ -62,7 +62,7 @@ def test_a_server_that_exits_mid_call_fails_that_call_and_later_ones_clearly(ser
 @pytest.mark.parametrize("config,match", [
     (McpServerConfig("gone", "/nonexistent/mcp-server"), "'gone' failed to start: .*No such file"),
     (McpServerConfig("quits", sys.executable, ("-m", "tests.engine.tools.mcp_server", "--exit-at-start")),
-     "'quits' failed to start"),
+     "'quits' failed to start: .*; it said: tandem-test: no configuration found, exiting"),
     (McpServerConfig("silent", sys.executable, ("-c", "import time; time.sleep(60)")), "'silent' did not start within 3 s"),
 ])
 def test_a_server_that_cannot_start_says_why_and_leaves_no_process(config, match):
