@@ -17,6 +17,7 @@ class Key(str, Enum):
     CHAT_SETTINGS = "chat/settings"  # the settings panel's values, as a preset's JSON
     CHAT_CTRL_ENTER = "chat/ctrl_enter_sends"
     CHAT_PANEL_OPEN = "chat/settings_panel_open"
+    CHAT_TOOLS = "chat/mcp_servers"  # app.tool_settings.ToolSettings as JSON
     DRAFTER = "decode/drafter"
     DRAFT_LENGTH = "decode/draft_length"
     MODE = "decode/mode"

@@ -22,6 +22,7 @@ document has no image, Qt's image handler loads the file by name, so an image re
 from __future__ import annotations
 
 import html
+import json
 
 from PySide6.QtCore import QEvent, QPoint, QRect, Signal
 from PySide6.QtGui import QColor, QImage, QTextCursor, QTextDocument, QTextFrameFormat
@@ -32,6 +33,9 @@ from app.markdown_view import code_blocks, finished_blocks, normalized, render_m
 
 REPLY_BACKGROUND = "#f1f3f4"
 USER_BACKGROUND = "#e8f0fe"
+TOOL_BACKGROUND = "#fef7e0"
+#: A tool's result is shown up to this many characters (the model read all of it).
+TOOL_RESULT_SHOWN = 1500
 EMPTY = ("<p style='color:#888'>Start a conversation. Replies use speculative decoding: "
          "same text as the model alone, sooner.</p>")
 WAITING = "<i style='color:#999'>…</i>"
@@ -52,6 +56,36 @@ def user_html(index: int, content: str, attachments=()) -> str:
     # pre-wrap: HTML would collapse the leading spaces of what the person typed.
     return (attachments_html(attachments) + f"<div style='white-space:pre-wrap'>{html.escape(content)}</div>"
             f"<div align='right'><a href='edit:{index}' style='color:#5f6368; font-size:small'>Edit</a></div>")
+
+
+def _pretty_arguments(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+    except ValueError:
+        return arguments
+
+
+def tool_calls_html(calls) -> str:
+    """A reply's tool calls, one card each: the tool's name and its arguments."""
+    return "".join(
+        f"<p style='margin-bottom:2px'><span style='color:#5f6368'>Calls the tool</span> <b>{html.escape(c['name'])}</b></p>"
+        f"<pre style='background:#ffffff'>{html.escape(_pretty_arguments(c['arguments']))}</pre>" for c in calls or ())
+
+
+TOOL_OUTCOMES = {"ran": "Result of", "failed": "Failed:", "declined": "Not run (declined):"}
+
+
+def tool_result_html(message: dict) -> str:
+    """A tool turn: what became of the call, and its result as the model read it."""
+    text = message["content"]
+    shown = text[:TOOL_RESULT_SHOWN]
+    more = (f"<p style='color:#5f6368; font-size:small'>… and {len(text) - len(shown):,} more characters, "
+            f"which the model read</p>") if len(text) > len(shown) else ""
+    head = TOOL_OUTCOMES.get(message.get("outcome", ""), "Result of")
+    colour = "#c5221f" if message.get("outcome") == "failed" else "#5f6368"
+    body = "" if message.get("outcome") == "declined" else f"<pre>{html.escape(shown)}</pre>{more}"
+    return (f"<p style='margin-bottom:2px'><span style='color:{colour}'>{head}</span> "
+            f"<b>{html.escape(message.get('name') or 'tool')}</b></p>{body}")
 
 
 def footer_html(index: int, note: str) -> str:
@@ -110,8 +144,12 @@ class Transcript(QTextBrowser):
         for i, m in enumerate(messages):
             if m["role"] == "user":
                 self._insert_bubble(cursor, user_html(i, m["content"], m.get("attachments")), user=True)
+            elif m["role"] == "tool":
+                self._insert_bubble(cursor, tool_result_html(m), user=False, background=TOOL_BACKGROUND)
             else:
-                body = render_markdown(m["content"], i) if m["content"] else WAITING
+                calls = m.get("tool_calls")
+                body = render_markdown(m["content"], i) if m["content"] else ("" if calls else WAITING)
+                body += tool_calls_html(calls)
                 self._insert_bubble(cursor, body + (footer_html(i, m["stats"]) if m.get("stats") else ""), user=False)
         if streaming is not None:
             self._bubble = self._insert_bubble(cursor, "", user=False)
@@ -124,10 +162,10 @@ class Transcript(QTextBrowser):
             cursor.insertHtml(EMPTY)
         self._scroll_to_end()
 
-    def _insert_bubble(self, cursor: QTextCursor, body: str, user: bool):
+    def _insert_bubble(self, cursor: QTextCursor, body: str, user: bool, background: str | None = None):
         width = max(200, self.viewport().width())
         fmt = QTextFrameFormat()
-        fmt.setBackground(QColor(USER_BACKGROUND if user else REPLY_BACKGROUND))
+        fmt.setBackground(QColor(background or (USER_BACKGROUND if user else REPLY_BACKGROUND)))
         fmt.setPadding(8)
         fmt.setBottomMargin(6)
         fmt.setLeftMargin(width // 5 if user else 0)

@@ -38,6 +38,7 @@ from app import jobs, json_files
 from app.app_settings import AppSettings, Key
 from app.chat_library import ConversationActions
 from app.chat_settings import CUSTOM, ChatSettingsPanel
+from app.chat_tools import ChatToolActions
 from app.chat_transcript import Transcript
 from app.attachments import Attachment, over_budget
 from app.chat_widgets import AttachmentStrip, ChatInput, NoticeBar, local_files
@@ -52,7 +53,7 @@ log = logging.getLogger(__name__)
 STREAM_RENDER_MS = 80  # at most this often the streaming reply is laid out again
 
 
-class ChatView(ConversationActions, QWidget):
+class ChatView(ConversationActions, ChatToolActions, QWidget):
     send_requested = Signal(object, object, str)  # messages, DecodeSettings, drafter kind
     stop_requested = Signal()
 
@@ -107,6 +108,8 @@ class ChatView(ConversationActions, QWidget):
         col = QVBoxLayout(right)
         col.setContentsMargins(0, 0, 0, 0)
         self.panel = ChatSettingsPanel(presets)
+        self.tools_button = self.panel.tools_button
+        self.tool_turn = False  # the reply being generated may call tools (more replies follow it)
         self.transcript = Transcript()
         self.edit_bar = NoticeBar("Cancel")
         self.notice = NoticeBar("", "#fce8e6")  # a file not attached, a request too long to send
@@ -155,6 +158,7 @@ class ChatView(ConversationActions, QWidget):
         self.regenerate_button.clicked.connect(self.regenerate)
         self.copy_button.clicked.connect(self.copy_reply)
         self.attach_button.clicked.connect(self._ask_attach)
+        self.tools_button.clicked.connect(self.edit_tools)
         self.attachments.removed.connect(self.remove_attachment)
         self.input.files_dropped.connect(self.attach_files)
         self.setAcceptDrops(True)
@@ -175,6 +179,7 @@ class ChatView(ConversationActions, QWidget):
         self._save_timer.timeout.connect(self._save_current)
 
         self._restore_state()
+        self._load_tools()
         self._fill_list()
         if self.conversations:
             self.list.setCurrentRow(0)
@@ -265,7 +270,8 @@ class ChatView(ConversationActions, QWidget):
         self._sync_buttons()
 
     def _has_reply(self) -> bool:
-        return bool(self.current and self.current.messages and self.current.messages[-1]["role"] == "assistant")
+        """The last question was answered (a reply, or a tool turn where Stop ended it)."""
+        return bool(self.current and self.current.messages and self.current.messages[-1]["role"] in ("assistant", "tool"))
 
     def _sync_buttons(self) -> None:
         self.send_button.setEnabled(self.ready and not self.running)
@@ -299,9 +305,21 @@ class ChatView(ConversationActions, QWidget):
             self.clear_attachments()
         self.edit_bar.dismiss()
 
+    def _settings_refused(self) -> bool:
+        """True (and a notice saying why) when the settings cannot make a request: a JSON schema
+        that is not JSON, say."""
+        try:
+            self.decode_settings()
+        except ValueError as exc:
+            self.notice.show_message(f"Not sent: {exc}.")
+            return True
+        return False
+
     def send(self) -> None:
         text = self.input.toPlainText().strip()
         if not (text or self.attached) or not self.ready or self.running or self.current is None:
+            return
+        if self._settings_refused():
             return
         if any(a is None for a in self.attached.values()):
             self._send_after_read = True  # sent once the last file is read
@@ -349,10 +367,15 @@ class ChatView(ConversationActions, QWidget):
 
         self._check_budget(conversation.chat_messages(), attachments, proceed, refuse)
 
+    def _last_question(self) -> int:
+        """Index of the last user turn (the replies and tool turns after it answer it)."""
+        return max((i for i, m in enumerate(self.current.messages) if m["role"] == "user"), default=-1)
+
     def regenerate(self) -> None:
-        if self.running or not self._has_reply():
+        """Answer the last question again: its reply, and any tool calls and results it made, go."""
+        if self.running or not self._has_reply() or self._settings_refused():
             return
-        asked = self.current.messages[:-1]
+        asked = self.current.messages[:self._last_question() + 1]
         files = [Attachment.from_json(a) for a in (asked[-1].get("attachments") or ())] if asked else []
         request = Conversation(system_prompt=self.current.system_prompt, messages=asked)
         self._check_budget(request.chat_messages(), files, self._commit_regenerate)
@@ -360,7 +383,7 @@ class ChatView(ConversationActions, QWidget):
     def _commit_regenerate(self) -> None:
         if not self._has_reply():
             return
-        self.current.messages.pop()
+        del self.current.messages[self._last_question() + 1:]
         self.store.save(self.current)
         self._start_reply()
 
@@ -514,9 +537,11 @@ class ChatView(ConversationActions, QWidget):
 
     def _start_reply(self) -> None:
         self.running = True
+        self.tool_turn = self.tools_on()
         self.streaming = {"role": "assistant", "content": ""}
         self.stats.setText("generating…")
         self.send_requested.emit(self.current.chat_messages(), self.decode_settings(), self.drafter_kind())
+
         self.render()
         self._sync_buttons()
 
@@ -527,8 +552,9 @@ class ChatView(ConversationActions, QWidget):
             self.cancel_edit()
 
     def copy_reply(self) -> None:
-        if self._has_reply():
-            QGuiApplication.clipboard().setText(self.current.messages[-1]["content"])
+        replies = [m for m in self.current.messages if m["role"] == "assistant"] if self.current else []
+        if self._has_reply() and replies:
+            QGuiApplication.clipboard().setText(replies[-1]["content"])
             self.stats.setText("reply copied")
 
     def copy_code(self, message: int, block: int) -> None:
@@ -558,6 +584,12 @@ class ChatView(ConversationActions, QWidget):
             self.current.messages.append({"role": "assistant", "content": event.text, "stats": note,
                                           "meta": reply_meta(event, self.loaded)})
             self.store.save(self.current)
+            if self.tool_turn and event.reason != "cancelled":  # tool calls and another reply may follow
+                self._render_timer.stop()
+                self.streaming = None
+                self.stats.setText(note)
+                self.render()
+                return
             self._end(note, self.current.messages[-1])
         elif isinstance(event, Failed):
             self._end("")
@@ -568,6 +600,7 @@ class ChatView(ConversationActions, QWidget):
             self._end(self.stats.text() if self.streaming is None else "")
 
     def _end(self, note: str, reply: dict | None = None) -> None:
+        self._answer_pending(False)  # a call still waiting for the person is declined
         self._render_timer.stop()
         self.streaming = None
         self.running = False

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-ROLES = ("system", "user", "assistant")
+ROLES = ("system", "user", "assistant", "tool")
 
 
 class SchemaError(ValueError):
@@ -48,12 +48,22 @@ class AttachmentSchema(_Strict):
     tokens: int | None = None  # with the tokenizer of the model it was sent to
 
 
+class ToolCallSchema(_Strict):
+    """A tool the reply called: its name and arguments (JSON text, as OpenAI sends them)."""
+
+    name: str
+    arguments: str
+
+
 class MessageSchema(_Strict):
     role: Literal[ROLES]  # a tuple subscript is the same as listing the values
     content: str  # what the person typed (a user turn's attachments are kept apart, below)
     stats: str = ""  # the reply's speed line, shown under it
     meta: ReplyMetaSchema | None = None  # added later: older files have none
     attachments: list[AttachmentSchema] = []  # added later: older files have none
+    tool_calls: list[ToolCallSchema] = []  # an assistant turn's calls (added later)
+    name: str = ""  # a tool turn's tool
+    outcome: Literal["ran", "failed", "declined", ""] = ""  # a tool turn's: what became of the call
 
 
 class ConversationSchema(_Strict):

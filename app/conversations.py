@@ -25,6 +25,8 @@ from pathlib import Path
 from app import json_files
 from app.attachments import user_content
 from app.conversation_schema import SchemaError, validate
+from engine.session.chat import for_the_model
+from engine.tools.calls import arguments_for_template
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +59,9 @@ class Conversation:
     created: float = field(default_factory=time.time)
     updated: float = field(default_factory=time.time)
     #: {"role", "content", optional "stats", "meta", and for a user turn "attachments": a list of
-    #: app.attachments.Attachment.to_json()}
+    #: app.attachments.Attachment.to_json(); a reply that called tools has "tool_calls" ({"name",
+    #: "arguments"}), each followed by a "tool" turn with the tool's "name", its result as
+    #: "content" and "outcome" (ran, failed, declined)}
     messages: list[dict] = field(default_factory=list)
     #: Sent as the chat template's system message before the turns (none when empty).
     system_prompt: str = ""
@@ -67,14 +71,24 @@ class Conversation:
 
     def chat_messages(self) -> list[dict]:
         """What the model sees: the system prompt, then roles and contents only, each user turn's
-        attached files written into its content (app/attachments.py: user_content)."""
+        attached files written into its content (app/attachments.py: user_content), a reply's
+        tool calls and each tool's result as the chat template writes them."""
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt.strip() else []
-        return system + [{"role": m["role"], "content": user_content(m["content"], m.get("attachments") or ())}
-                         for m in self.messages]
+        return system + [model_turn(m) for m in self.messages]
 
     def to_json(self) -> dict:
         data = asdict(self)
         return {**data.pop("extra"), **data}
+
+
+def model_turn(message: dict) -> dict:
+    if message["role"] == "tool":  # the result as the model read it (engine.session.chat)
+        return {"role": "tool", "content": for_the_model(None if message.get("outcome") == "declined" else message["content"])}
+    turn = {"role": message["role"], "content": user_content(message["content"], message.get("attachments") or ())}
+    if message.get("tool_calls"):
+        turn["tool_calls"] = [{"type": "function", "function": {
+            "name": c["name"], "arguments": arguments_for_template(c["arguments"])}} for c in message["tool_calls"]]
+    return turn
 
 
 _FIELDS = tuple(f.name for f in fields(Conversation) if f.name != "extra")

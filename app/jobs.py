@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from app.messages import AttachmentRead, DrafterNote, KernelReport, MachineReport, ModelLoaded, Progress, PromptBudget
+from app import tool_jobs
 from app.remote_jobs import REMOTE, remote_chat
 from app.shared_engine import generation_lock, holding
 from engine.core.settings import DecodeSettings
@@ -211,19 +212,29 @@ def side_by_side(prompt: str, settings: DecodeSettings, drafter: str):
     return run
 
 
-def chat(messages: list[dict], settings: DecodeSettings, drafter: str):
+def chat(messages: list[dict], settings: DecodeSettings, drafter: str, tools=None):
+    """A chat turn; ``tools`` (app.tool_settings.ToolSettings): the MCP servers whose tools the
+    model may call (app/tool_jobs.py), each call confirmed first where it says so."""
+
     def run(ctx) -> None:
-        from engine.session.chat import chat_reply
+        from engine.session.chat import chat_reply, chat_with_tools
 
         if SESSION not in ctx.state and REMOTE in ctx.state:  # a remote model is the window's model
             remote_chat(ctx, ctx.state[REMOTE], messages, settings)
             return
         session = _session(ctx)
+        configs = tools.configs() if tools is not None else ()
+        offered = tool_jobs.tools_for_turn(ctx, configs) if configs else []
         before = session.drafter_note
         with holding(generation_lock(ctx.state), ctx.cancelled) as held:  # the server may be decoding
             if not held:
                 return
-            for item in chat_reply(session, messages, settings, drafter, ctx.cancelled):
+            if offered:
+                turn = chat_with_tools(session, messages, settings, offered, tool_jobs.tool_runner(ctx, tools.confirm),
+                                       drafter, ctx.cancelled)
+            else:
+                turn = chat_reply(session, messages, settings, drafter, ctx.cancelled)
+            for item in turn:
                 _emit_note(ctx, session, before)
                 before = session.drafter_note
                 ctx.emit(item)

@@ -110,3 +110,21 @@ class PromptBudget:
     window: int | None
     attachments: tuple = ()
     error: str = ""  # the request cannot be encoded at all (the engine's reason)
+
+
+@dataclass(frozen=True)
+class ToolConfirm:
+    """The model called ``name`` of the MCP server ``server`` with ``arguments`` (JSON text); the
+    worker waits until the window puts True (run it) or False (decline) on ``answer``."""
+
+    name: str
+    arguments: str
+    server: str
+    answer: object = field(compare=False, repr=False)  # queue.Queue[bool], read by the worker
+
+
+@dataclass(frozen=True)
+class ToolNotice:
+    """Something about the chat's tools the person should know (a server that did not start)."""
+
+    text: str

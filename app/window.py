@@ -216,7 +216,7 @@ class MainWindow(QMainWindow):
             self.stalls.reset()
 
     def run_chat(self, messages, settings, drafter: str) -> None:
-        if not self._submit("chat", jobs.chat(messages, settings, drafter)):
+        if not self._submit("chat", jobs.chat(messages, settings, drafter, self.chat.tools)):
             self.chat.job_ended()
 
     def _to_chat(self, action) -> None:
@@ -316,6 +316,9 @@ class MainWindow(QMainWindow):
             self._lane_finished(payload)
             self._demo_event(payload)
         elif kind == "chat":
+            if not hasattr(payload, "event"):  # a tool call's, not a reply's (app/chat_tools.py)
+                self.chat.on_tool_event(payload)
+                return
             self._lane_finished(payload)
             if isinstance(payload.event, Failed):
                 self._fail(payload.event.error)

@@ -101,6 +101,11 @@ class EngineWorker(QObject):
                 with self._lock:
                     self._current = None
                 ctx.emit(JobEnded(cancelled=job.cancel_flag.is_set()))
+        for hook in self.state.pop("at_exit", ()):  # what jobs started outside this process (tool servers)
+            try:
+                hook()
+            except Exception:  # one that fails must not keep the others from stopping
+                log.exception("stopping %s failed", hook)
         self.state.clear()  # drop the models on the worker thread that used them
 
 
