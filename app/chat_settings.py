@@ -25,6 +25,8 @@ from app.presets import Preset, PresetStore
 DEFAULT = Preset(name="Default")
 CHAT_DRAFTERS = [("Draft model", "model"), ("Prompt lookup", "lookup"), ("Off", "off")]
 CUSTOM = "Custom"  # the combo's label once a value no longer matches the chosen preset
+REPLY_FORMAT_ITEMS = [("Text", "text"), ("JSON", "json"), ("JSON schema", "json_schema")]
+SCHEMA_EXAMPLE = '{"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}'
 
 
 def _caption(text: str) -> QLabel:
@@ -49,6 +51,7 @@ class ChatSettingsPanel(QWidget):
         self.preset.setMinimumWidth(140)
         self.preset.setToolTip(f"Presets are JSON files in {store.directory}: copy, edit or share them.")
         self.save_button = QPushButton("Save as preset…")
+        self.tools_button = QPushButton("Tools…")  # the view opens app.tools_dialog with it
         self.toggle = QToolButton()
         self.toggle.setCheckable(True)
         self.toggle.setText("Settings ▸")
@@ -59,6 +62,7 @@ class ChatSettingsPanel(QWidget):
         head.addWidget(self.preset)
         head.addWidget(self.save_button)
         head.addStretch(1)
+        head.addWidget(self.tools_button)
         head.addWidget(self.toggle)
 
         self.body = QWidget()
@@ -89,13 +93,24 @@ class ChatSettingsPanel(QWidget):
         self.draft_length.setRange(0, 16)
         self.draft_length.setSpecialValueText("Auto")
         self.draft_length.setToolTip("Tokens drafted per step; Auto picks it from measured costs and acceptance.")
+        self.reply_format = QComboBox()
+        for label, kind in REPLY_FORMAT_ITEMS:
+            self.reply_format.addItem(label, kind)
+        self.reply_format.setToolTip("JSON: every reply is one JSON object. JSON schema: every reply is JSON that "
+                                     "follows the schema below. Decoding is held to it token by token; "
+                                     "speculation still gives the same reply as the model alone.")
+        self.json_schema = QPlainTextEdit()
+        self.json_schema.setPlaceholderText(f"A JSON schema, for example {SCHEMA_EXAMPLE}")
+        self.json_schema.setFixedHeight(72)
+        self.schema_problem = QLabel("")
+        self.schema_problem.setStyleSheet("color: #c5221f; font-size: 11px;")
         self.ctrl_enter = QCheckBox("Ctrl+Enter sends (Enter makes a new line)")
         grid = QGridLayout()
         grid.setContentsMargins(0, 0, 0, 0)
         for col, (label, widget) in enumerate([
             ("Temperature", self.temperature), ("Top-p", self.top_p), ("Top-k", self.top_k),
             ("Max tokens", self.max_new_tokens), ("Seed", self.seed), ("Drafter", self.drafter),
-            ("Draft length", self.draft_length),
+            ("Draft length", self.draft_length), ("Reply format", self.reply_format),
         ]):
             grid.addWidget(_caption(label), 0, col)
             grid.addWidget(widget, 1, col)
@@ -104,6 +119,9 @@ class ChatSettingsPanel(QWidget):
         body_col.addWidget(_caption("System prompt"))
         body_col.addWidget(self.system_prompt)
         body_col.addLayout(grid)
+        self.schema_caption = _caption("JSON schema")
+        for w in (self.schema_caption, self.json_schema, self.schema_problem):
+            body_col.addWidget(w)
         body_col.addWidget(self.ctrl_enter)
         self.body.hide()
 
@@ -119,6 +137,10 @@ class ChatSettingsPanel(QWidget):
         for spin in (self.temperature, self.top_p, self.top_k, self.max_new_tokens, self.seed, self.draft_length):
             spin.valueChanged.connect(self.sync_preset_name)
         self.drafter.currentIndexChanged.connect(self.sync_preset_name)
+        self.reply_format.currentIndexChanged.connect(self.sync_preset_name)
+        self.reply_format.currentIndexChanged.connect(self._sync_schema)
+        self.json_schema.textChanged.connect(self.sync_preset_name)
+        self.json_schema.textChanged.connect(self._sync_schema)
         self.temperature.valueChanged.connect(self._sync_sampling)
         self.reload()
         self.apply(DEFAULT)
@@ -161,10 +183,13 @@ class ChatSettingsPanel(QWidget):
             drafter = "off" if preset.draft_length == 0 else preset.drafter
             self.drafter.setCurrentIndex(max(0, self.drafter.findData(drafter)))
             self.draft_length.setValue(preset.draft_length or 0)
+            self.reply_format.setCurrentIndex(max(0, self.reply_format.findData(preset.reply_format)))
+            self.json_schema.setPlainText(preset.json_schema)
         finally:
             self._applying = False
         self._select_name(preset.name)
         self._sync_sampling()
+        self._sync_schema()
         if with_system_prompt:
             self.system_prompt_edited.emit(preset.system_prompt)  # the current chat takes it
 
@@ -181,6 +206,8 @@ class ChatSettingsPanel(QWidget):
             seed=self.seed.value(),
             drafter=self.drafter.currentData(),
             draft_length=k or None,
+            reply_format=self.reply_format.currentData(),
+            json_schema=self.json_schema.toPlainText(),
         )
 
     def save_as(self, name: str) -> Preset:
@@ -245,6 +272,19 @@ class ChatSettingsPanel(QWidget):
         if name != CUSTOM and custom >= 0:
             self.preset.removeItem(custom)
         self.preset.blockSignals(False)
+
+    def _sync_schema(self, *_args) -> None:
+        """The schema box shows for the JSON schema format, and says at once what is wrong."""
+        wanted = self.reply_format.currentData() == "json_schema"
+        for w in (self.schema_caption, self.json_schema, self.schema_problem):
+            w.setVisible(wanted)
+        problem = ""
+        if wanted:
+            try:
+                self.current().output_format()
+            except ValueError as exc:  # InvalidRequest
+                problem = str(exc)
+        self.schema_problem.setText(problem)
 
     def _sync_sampling(self) -> None:
         sampling = self.temperature.value() > 0

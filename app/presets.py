@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from app import json_files
 from engine.core.paths import RESOURCES
-from engine.core.settings import MAX_DRAFT_LENGTH, DecodeSettings
+from engine.core.settings import MAX_DRAFT_LENGTH, DecodeSettings, InvalidRequest, OutputFormat
 
 log = logging.getLogger(__name__)
 BUNDLED = RESOURCES / "presets"
@@ -32,6 +32,10 @@ MAX_PRESET_BYTES = 1 * 2**20
 #: "model": the loaded model's own drafter (a draft model or its MTP layers); "lookup": prompt
 #: lookup; "off": plain decoding.
 PRESET_DRAFTERS = ("model", "lookup", "off")
+#: "text": free text; "json": any JSON object; "json_schema": JSON that follows ``json_schema``.
+REPLY_FORMATS = ("text", "json", "json_schema")
+#: A schema is a page or two of JSON; the engine refuses one past its own limit too.
+MAX_SCHEMA_CHARS = 64 * 1024
 
 
 class PresetSchema(BaseModel):
@@ -46,6 +50,8 @@ class PresetSchema(BaseModel):
     seed: int = Field(0, ge=0)
     drafter: Literal[PRESET_DRAFTERS] = "model"
     draft_length: int | None = Field(None, ge=0, le=MAX_DRAFT_LENGTH)  # None: chosen per step
+    reply_format: Literal[REPLY_FORMATS] = "text"  # added later: older presets have none
+    json_schema: str = Field("", max_length=MAX_SCHEMA_CHARS)
 
 
 @dataclass(frozen=True)
@@ -59,10 +65,28 @@ class Preset:
     seed: int = 0
     drafter: str = "model"
     draft_length: int | None = None
+    reply_format: str = "text"
+    json_schema: str = ""
+
+    def output_format(self) -> OutputFormat | None:
+        """The reply's required form (engine.core.settings.OutputFormat); InvalidRequest where
+        the schema is missing or is not JSON."""
+        if self.reply_format == "json":
+            return OutputFormat("json_object")
+        if self.reply_format != "json_schema":
+            return None
+        if not self.json_schema.strip():
+            raise InvalidRequest("the reply format is JSON schema, but no schema is given")
+        try:
+            json.loads(self.json_schema)
+        except ValueError as exc:
+            raise InvalidRequest(f"the JSON schema is not JSON: {exc}") from None
+        return OutputFormat("json_schema", self.json_schema)
 
     def decode_settings(self) -> DecodeSettings:
         sampling = self.temperature > 0
         return DecodeSettings(
+            output_format=self.output_format(),
             mode="sample" if sampling else "greedy",
             temperature=self.temperature if sampling else 0.7,
             top_p=self.top_p,
