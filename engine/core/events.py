@@ -37,6 +37,8 @@ class RunStats:
     ``tokens_per_pass`` adds the target's own token (the usual "acceptance length").
     ``prompt_done`` of ``prompt_tokens`` are in the target's cache (the prefill's progress);
     ``cached_tokens`` of them were kept from an earlier request, not prefilled again.
+    ``forced_tokens``: of the new tokens, those an output format allowed alone (a JSON key's
+    closing quote, say), committed without a pass (engine.decode.grammar).
     ``threads_fewest`` / ``threads_max``: see the fields."""
 
     new_tokens: int = 0
@@ -57,6 +59,7 @@ class RunStats:
     prompt_tokens: int = 0
     prompt_done: int = 0
     cached_tokens: int = 0
+    forced_tokens: int = 0
     #: The fewest CPU threads a step of this request ran with, of at most ``threads_max``: fewer
     #: when other programs kept cores busy (engine.core.threads); 0 where nobody counted.
     threads_fewest: int = 0

@@ -22,6 +22,7 @@ from engine.core.events import Event, Failed, Finished, Stats, Tokens
 from engine.core.sampler import Sampler
 from engine.core.settings import PREFILL_CHUNK, DecodeSettings
 from engine.decode.draft_length import DraftLengthController
+from engine.decode import grammar
 from engine.decode.grammar import GrammarConstraint
 from engine.decode.output import OutputBuilder
 from engine.decode.stats import StatsTracker
@@ -69,6 +70,9 @@ class _Run:
         self.context = list(prompt_ids)
         self.constraint = (GrammarConstraint(settings.output_format, tokenizer, eos_ids)
                            if settings.output_format is not None else None)
+        # Forced tokens reach the target with its next pass; drafters that read the target's
+        # hidden states expect one row a committed token, so with them none are forced.
+        self.forcing = True
 
     def emit(self, block: list[int], from_draft: list[bool], drafted: int, accepted: int, step_s: float):
         if self.constraint is not None:
@@ -85,6 +89,21 @@ class _Run:
             step_ms=step_s * 1000,
         )
         yield Stats(self.stats.snapshot())
+
+    def emit_forced(self):
+        """Commit the tokens the grammar allows alone from here (engine.decode.grammar.forced):
+        no pass chooses them; the target reads them with its next pass."""
+        if self.constraint is None or self.done or not self.forcing or not grammar.COMMIT_FORCED:
+            return
+        forced = self.constraint.forced(self.output.max_new_tokens - len(self.output.token_ids))
+        if forced:
+            self.stats.forced_tokens += len(forced)
+            yield from self.emit(forced, [False] * len(forced), 0, 0, 0.0)
+
+    def unread(self, target: ModelRunner) -> list[int]:
+        """The context's tokens the target has not read yet: the last chosen one, and any
+        forced ones after it."""
+        return self.context[target.length:]
 
     @property
     def done(self) -> bool:
@@ -141,9 +160,9 @@ def prefill(target: ModelRunner, run: _Run, prompt_ids: list[int], whole: bool =
     return run.sampler.choose(logits)[0]
 
 
-def decode_one_token(target: ModelRunner, last_token: int, sampler: Sampler,
+def decode_one_token(target: ModelRunner, unread: list[int], sampler: Sampler,
                      constraint: GrammarConstraint | None = None) -> int:
-    logits = target.forward([last_token])
+    logits = target.forward(unread)
     if constraint is not None:
         logits = constraint.mask(logits)
     return sampler.choose(logits[-1])[0]
@@ -163,15 +182,17 @@ def plain_decode(
         t = time.perf_counter()
         token = yield from prefill(target, run, prompt_ids, cancel=cancel)
         yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
+        yield from run.emit_forced()
         while not run.done:
             if cancel():
                 yield run.finish("cancelled")
                 return
             t = time.perf_counter()
-            token = decode_one_token(target, run.context[-1], run.sampler, run.constraint)
+            token = decode_one_token(target, run.unread(target), run.sampler, run.constraint)
             step_s = time.perf_counter() - t
             run.stats.add_pass(0, 0, 0.0, step_s)
             yield from run.emit([token], [False], 0, 0, step_s)
+            yield from run.emit_forced()
         yield run.finish()
     except Cancelled:
         yield run.finish("cancelled")
@@ -182,13 +203,15 @@ def plain_decode(
 
 def speculate_step(
     target: ModelRunner, drafter: Drafter, context: list[int], k: int, sampler: Sampler,
-    constraint: GrammarConstraint | None = None,
+    constraint: GrammarConstraint | None = None, unread: int = 1,
 ) -> tuple[Draft, int, int, float, float]:
     """Draft up to k tokens after ``context``, verify them in one target pass (its rows masked
     by ``constraint``, where the output must follow a grammar; engine.decode.grammar).
 
-    Returns (draft, n_accepted, next_token, draft_seconds, verify_seconds). On return the target
-    cache holds context + the n accepted drafts, as the loop invariant requires.
+    ``unread``: how many of the context's last tokens the target has not read (the last chosen
+    one, and tokens the grammar forced after it). Returns (draft, n_accepted, next_token,
+    draft_seconds, verify_seconds). On return the target cache holds context + the n accepted
+    drafts, as the loop invariant requires.
     """
     t0 = time.perf_counter()
     draft = drafter.propose(context, k, sampler) if k > 0 else Draft(())
@@ -199,7 +222,7 @@ def speculate_step(
         if allowed < len(draft.tokens):
             draft = Draft(draft.tokens[:allowed], None if draft.probs is None else draft.probs[:allowed])
     drafted = torch.tensor(draft.tokens, dtype=torch.long)  # the backends move it to the logits' device
-    logits = target.forward([context[-1], *draft.tokens], n_logits=len(draft.tokens) + 1)
+    logits = target.forward([*context[-unread:], *draft.tokens], n_logits=len(draft.tokens) + 1)
     if constraint is not None:
         logits = constraint.mask(logits, draft.tokens)
     if sampler.greedy:
@@ -229,6 +252,10 @@ def speculative_decode(
         run = _Run(target, tokenizer, prompt_ids, settings, eos_ids)
         drafter.reset()
         attach = getattr(drafter, "attach_target", None)
+        run.forcing = attach is None
+        follow = getattr(drafter, "follow", None)
+        if follow is not None:  # a drafter that drafts under the output's grammar
+            follow(run.constraint)
         if attach is not None:  # drafters that read the target's hidden states and K/V
             attach(target)
         controller = DraftLengthController(
@@ -241,6 +268,7 @@ def speculative_decode(
         # Drafters that read the target's hidden states need them for the whole prompt.
         token = yield from prefill(target, run, prompt_ids, whole=attach is not None, cancel=cancel)
         yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
+        yield from run.emit_forced()
         # A drafter that need not draft soon reads the prompt when it first drafts (its catch-up
         # then): on a target where speculation does not pay, that prefill only delayed the
         # first token. Drafters reading the target's own states must start from its prefill.
@@ -263,7 +291,7 @@ def speculative_decode(
                 drafter.prepare(run.context)
                 prepare_s, deferred = time.perf_counter() - t, False
             draft, n, next_token, draft_s, verify_s = speculate_step(
-                target, drafter, run.context, requested, run.sampler, run.constraint
+                target, drafter, run.context, requested, run.sampler, run.constraint, len(run.unread(target))
             )
             k = len(draft.tokens)
             # The controller prices drafting per token: a catch-up on tokens decoded while
@@ -277,6 +305,7 @@ def speculative_decode(
                 run.stats.off_steps += 1
             block = [*draft.tokens[:n], next_token]
             yield from run.emit(block, [True] * n + [False], k, n, draft_s + verify_s)
+            yield from run.emit_forced()
         if costs is not None and controller.measured() is not None:
             costs["measured"] = controller.measured()
         yield run.finish()

@@ -30,6 +30,7 @@ class StatsTracker:
         self.draft_s = 0.0
         self.verify_s = 0.0
         self.off_steps = 0
+        self.forced_tokens = 0
 
     def prefilled(self, done: int, cached: int | None = None) -> None:
         self.prompt_done = done
@@ -80,4 +81,5 @@ class StatsTracker:
             prompt_tokens=self.prompt_tokens,
             prompt_done=self.prompt_done,
             cached_tokens=self.cached_tokens,
+            forced_tokens=self.forced_tokens,
         )

@@ -50,6 +50,7 @@ class DraftModelDrafter:
         self.name = name
         self.min_confidence = min_confidence
         self.head = head
+        self.grammar = None  # the request's output grammar, when it has one (follow)
         self._seen = 0  # context tokens already offered to the head
         #: Seconds of the last propose() spent catching up on tokens the drafter had not seen
         #: (after speculation was off): a cost of switching back on, not of drafting.
@@ -61,8 +62,14 @@ class DraftModelDrafter:
         self._origin = 0
         self._skipped: list[int] = []
 
+    def follow(self, grammar) -> None:
+        """Draft under ``grammar`` (engine.decode.grammar.GrammarConstraint) for this request:
+        every draft token one it allows. None: draft freely."""
+        self.grammar = grammar
+
     def reset(self) -> None:
         # The cache is kept: prepare() reuses whatever prefix the next prompt shares with it.
+        # The grammar too: speculative decoding sets it (or None) for each request.
         self._seen = 0
         if self.head is not None:
             self.head.reset()
@@ -105,18 +112,27 @@ class DraftModelDrafter:
         tokens: list[int] = []
         dists: list[torch.Tensor] = []
         self.catch_up_s = 0.0
-        for i in range(k):
-            start = time.perf_counter()
-            token, dist, confidence = self._next(pending, sampler, want_confidence=i > 0 and self.min_confidence > 0)
-            self._time_step(len(pending), time.perf_counter() - start)
-            if confidence is not None and confidence < self.min_confidence:
-                # The cache already holds every proposed token; observe() crops
-                # whatever verification rejects.
-                break
-            tokens.append(token)
-            if dist is not None:
-                dists.append(dist)
-            pending = [token]
+        try:
+            for i in range(k):
+                start = time.perf_counter()
+                step = self._next(pending, sampler, want_confidence=i > 0 and self.min_confidence > 0)
+                self._time_step(len(pending), time.perf_counter() - start)
+                if step is None:  # the grammar allows none of the tokens this drafter can write
+                    break
+                token, dist, confidence = step
+                if confidence is not None and confidence < self.min_confidence:
+                    # The cache already holds every proposed token; observe() crops
+                    # whatever verification rejects.
+                    break
+                if self.grammar is not None and not self.grammar.draft_token(token):
+                    break
+                tokens.append(token)
+                if dist is not None:
+                    dists.append(dist)
+                pending = [token]
+        finally:
+            if self.grammar is not None:
+                self.grammar.end_draft()
         # The last draft token is not fed: it is only needed if accepted, and then it is fed
         # together with the bonus token in the next round.
         probs = torch.stack(dists) if dists else None
@@ -146,21 +162,39 @@ class DraftModelDrafter:
         self._cached.extend(tokens)
         return hidden
 
-    def _next(self, pending: list[int], sampler: Sampler, want_confidence: bool) -> tuple[int, torch.Tensor | None, float | None]:
+    def _next(self, pending: list[int], sampler: Sampler, want_confidence: bool) -> tuple[int, torch.Tensor | None, float | None] | None:
         """One drafter step: (token, the full-vocabulary q it was drawn from or None when
-        greedy, its probability under the drafter when asked for)."""
+        greedy, its probability under the drafter when asked for); under a grammar the logits
+        are masked to what it allows (None: it allows none of them)."""
         if self.head is None:
             logits = self.runner.forward(pending)[-1]
             self._cached.extend(pending)
+            logits = self._guided(logits, None)
+            if logits is None:
+                return None
             token, dist = sampler.choose(logits)
             confidence = float((dist if dist is not None else logits.softmax(-1))[token]) if want_confidence else None
             return token, dist, confidence
-        logits = self.head.logits(self._feed_hidden(pending)[-1])
+        logits = self._guided(self.head.logits(self._feed_hidden(pending)[-1]), self.head.ids)
+        if logits is None:
+            return None
         index, sub_dist = sampler.choose(logits)
         confidence = float((sub_dist if sub_dist is not None else logits.softmax(-1))[index]) if want_confidence else None
         # q must be the distribution actually sampled from: the subset's, zero elsewhere.
         dist = self.head.to_vocab(sub_dist) if sub_dist is not None else None
         return self.head.token(index), dist, confidence
+
+    def _guided(self, logits: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor | None:
+        """``logits`` (over the vocabulary, or over the head's ``ids``) masked by the grammar."""
+        if self.grammar is None:
+            return logits
+        allowed = self.grammar.draft_mask(logits.shape[-1] if ids is None else int(ids.max()) + 1)
+        if allowed is None:
+            return logits
+        allowed = allowed if ids is None else allowed[ids]
+        if not bool(allowed.any()):
+            return None
+        return logits.masked_fill(~allowed.to(logits.device), float("-inf"))
 
     def _offer(self, context: list[int]) -> None:
         """Tokens of the request not yet offered to the head become proposable."""

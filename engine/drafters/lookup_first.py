@@ -81,6 +81,12 @@ class LookupFirstDrafter:
         self.model_steps = 0
         self._pending: tuple[int, list[int], tuple[int, ...], bool] | None = None
 
+    def follow(self, grammar) -> None:
+        """The draft model drafts under the output's grammar (lookup guesses are verified as they are)."""
+        follow = getattr(self.model, "follow", None)
+        if follow is not None:
+            follow(grammar)
+
     def prepare(self, prompt: list[int]) -> None:
         # Deferred to the model's first draft of this request (lookup may draft all of it).
         self._model_prepared = False

@@ -132,3 +132,74 @@ def test_a_schema_that_cannot_be_used_is_refused_with_its_reason():
         OutputFormat("yaml")
     check_output_format(OutputFormat("json_object"))
     check_output_format(OutputFormat("json_schema", json.dumps(SCHEMA)))
+
+
+def _one_pass_a_token(target, tokenizer, prompt, settings, eos) -> list[int]:
+    """The constrained target by definition: a pass for every token, its row masked, argmax."""
+    from engine.decode.grammar import GrammarConstraint
+
+    runner = ModelRunner(target)
+    constraint = GrammarConstraint(settings.output_format, tokenizer, eos)
+    logits, out = runner.forward(prompt), []
+    while len(out) < settings.max_new_tokens:
+        token = int(constraint.mask(logits)[-1].argmax())
+        out.append(token)
+        if token in eos:
+            break
+        constraint.accept([token])
+        logits = runner.forward([token])
+    return out
+
+
+def test_tokens_the_schema_allows_alone_are_committed_without_a_pass_and_change_nothing(tokenizer):
+    """After a key, the schema allows one token (the quote, the colon): plain and speculative
+    decoding commit it without a pass, and give the tokens a pass per token gives."""
+    target = build_model(len(tokenizer), layers=3, seed=5)
+    drafter = perturbed_copy(target, 0.01, seed=105)
+    eos = eos_token_ids(target, tokenizer)
+    prompt = tokenizer("def add(a, b):")["input_ids"]
+    settings = _settings(max_new_tokens=80)
+    reference = _one_pass_a_token(target, tokenizer, prompt, settings, eos)
+    plain = _run(plain_decode(ModelRunner(target), tokenizer, prompt, settings, eos))
+    assert plain.stats.forced_tokens > 0
+    assert list(plain.token_ids) == [t for t in reference if t not in eos]
+    # One token from the prefill, one a pass (the last an end-of-text the output leaves out), the rest forced.
+    assert 1 + plain.stats.target_passes + plain.stats.forced_tokens == len(plain.token_ids) + (plain.reason == "eos")
+    speculative = _run(speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt, settings, eos))
+    assert speculative.token_ids == plain.token_ids and speculative.stats.forced_tokens > 0
+
+
+class _RecordingDrafter(DraftModelDrafter):
+    """The draft model, noting how many of each draft's tokens the grammar allows in order."""
+
+    def __init__(self, model, guided: bool) -> None:
+        super().__init__(model)
+        self.guided, self.forbidden = guided, []
+
+    def follow(self, grammar) -> None:
+        self.watch = grammar
+        super().follow(grammar if self.guided else None)
+
+    def propose(self, context, k, sampler):
+        draft = super().propose(context, k, sampler)
+        if self.watch._matcher is not None and draft.tokens:
+            self.forbidden.append(len(draft.tokens) - self.watch.allowed_prefix(draft.tokens))
+        return draft
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_the_draft_model_drafts_only_what_the_schema_allows(tokenizer, mode):
+    target = build_model(len(tokenizer), layers=3, seed=7)
+    drafter = perturbed_copy(target, 0.3, seed=107)  # far enough from the target to wander off the schema
+    eos = eos_token_ids(target, tokenizer)
+    prompt = tokenizer("def add(a, b):")["input_ids"]
+    settings = _settings(max_new_tokens=60, mode=mode, temperature=1.0, seed=3, draft_length=4)
+    drafts = {}
+    for guided in (False, True):
+        recorder = _RecordingDrafter(drafter, guided)
+        result = _run(speculative_decode(ModelRunner(target), recorder, tokenizer, prompt, settings, eos))
+        drafts[guided] = (recorder.forbidden, result)
+    assert sum(drafts[False][0]) > 0  # free, it drafts tokens the schema forbids
+    assert drafts[True][0] and sum(drafts[True][0]) == 0  # guided, never
+    if mode == "greedy":
+        assert drafts[True][1].token_ids == drafts[False][1].token_ids
