@@ -110,6 +110,7 @@ class ChatView(ConversationActions, ChatToolActions, QWidget):
         self.panel = ChatSettingsPanel(presets)
         self.tools_button = self.panel.tools_button
         self.tool_turn = False  # the reply being generated may call tools (more replies follow it)
+        self.sent_format = "text"
         self.transcript = Transcript()
         self.edit_bar = NoticeBar("Cancel")
         self.notice = NoticeBar("", "#fce8e6")  # a file not attached, a request too long to send
@@ -538,6 +539,7 @@ class ChatView(ConversationActions, ChatToolActions, QWidget):
     def _start_reply(self) -> None:
         self.running = True
         self.tool_turn = self.tools_on()
+        self.sent_format = self.panel.reply_format.currentData()  # what this reply is held to
         self.streaming = {"role": "assistant", "content": ""}
         self.stats.setText("generating…")
         self.send_requested.emit(self.current.chat_messages(), self.decode_settings(), self.drafter_kind())
@@ -584,6 +586,9 @@ class ChatView(ConversationActions, ChatToolActions, QWidget):
             self.current.messages.append({"role": "assistant", "content": event.text, "stats": note,
                                           "meta": reply_meta(event, self.loaded)})
             self.store.save(self.current)
+            if event.reason == "max_new_tokens" and self.sent_format != "text":
+                self.notice.show_message("The reply reached Max tokens before its JSON was complete: raise Max tokens "
+                                         "(Settings) and regenerate.")
             if self.tool_turn and event.reason != "cancelled":  # tool calls and another reply may follow
                 self._render_timer.stop()
                 self.streaming = None

@@ -129,3 +129,21 @@ def test_the_chat_refuses_to_send_with_a_schema_that_is_not_json(qtbot, tmp_path
     view.send()
     (messages, settings, _drafter), = sent
     assert settings.output_format.kind == "json_schema" and messages[-1]["content"] == "Describe a cat."
+
+
+def test_a_json_reply_cut_by_max_tokens_says_so(qtbot, tmp_path):
+    from app.chat_view import ChatView
+    from app.presets import PresetStore
+    from engine.core.events import Finished, RunStats
+    from engine.session.side_by_side import LaneEvent
+
+    view = ChatView(ConversationStore(tmp_path / "c"), PresetStore(tmp_path / "p"))
+    qtbot.addWidget(view)
+    view.set_ready(True)
+    view.panel.reply_format.setCurrentIndex(view.panel.reply_format.findData("json"))
+    for reason, told in (("eos", False), ("max_new_tokens", True)):
+        view.notice.dismiss()
+        view.input.setPlainText("Give me a record.")
+        view.send()
+        view.on_lane_event(LaneEvent("chat", Finished(reason, RunStats(new_tokens=3), (1, 2, 3), '{"a": ')))
+        assert ("before its JSON was complete" in view.notice.text.text()) is told
