@@ -17,7 +17,11 @@ from app.app_settings import Key
 
 
 def begin(window) -> None:
-    """The first probe, and the scan at once unless the window loads a model by itself."""
+    """The first probe, and the scan at once unless the window loads a model by itself; the
+    code highlighter's lexers read ahead of the first reply (app/markdown_view.py)."""
+    from app.markdown_view import warm_up_in_background
+
+    warm_up_in_background()
     job = window.probe(list_models=not window.autoload)
     window.list_after_probe = job if window.autoload else None
 

@@ -94,3 +94,18 @@ def test_streaming_rerenders_only_the_reply_and_finishes_as_markdown(qtbot, make
     chat.on_lane_event(LaneEvent("chat", Finished("eos", RunStats(new_tokens=3, tok_per_s=9.0), (), REPLY)))
     assert not chat.running and chat.current.messages[-1]["content"] == REPLY
     assert _cursor_at(chat.transcript.document(), "pure").currentTable().columns() == 3
+
+
+def test_the_common_lexers_are_read_ahead_off_the_windows_thread():
+    import threading
+
+    from app import markdown_view
+
+    markdown_view._highlighted.cache_clear()
+    thread = markdown_view.warm_up_in_background()
+    assert thread is not threading.current_thread()
+    thread.join(60)
+    assert markdown_view._highlighted.cache_info().hits == 0
+    for language in markdown_view.COMMON_LANGUAGES:  # each one highlighted ahead, its lexer loaded
+        markdown_view._highlighted("x", language)
+    assert markdown_view._highlighted.cache_info().hits == len(markdown_view.COMMON_LANGUAGES)
