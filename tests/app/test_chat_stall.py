@@ -1,7 +1,7 @@
 """How long the GUI freezes while a long Markdown reply streams into the chat (app/stall.py).
 
-Prints the worst stall; no threshold (timings depend on the machine): the figure goes into the
-report. The reply is fed as the engine's own Tokens events, a few characters at a time from a
+Prints the worst stall (the goal is < 50 ms; the figure goes into the report) and fails only on a
+freeze of a second or more, which no busy machine explains. The reply is fed as the engine's own Tokens events, a few characters at a time from a
 timer, so it streams the way a fast model streams, with code blocks and tables in it.
 """
 import time
@@ -70,3 +70,4 @@ def test_worst_stall_while_a_long_markdown_reply_streams(qtbot, make_window, cap
     with capsys.disabled():
         print(f"\nchat stall: {len(reply)} chars of Markdown streamed in {seconds:.1f} s; worst GUI stall "
               f"{streaming_worst[0]:.0f} ms while streaming, {monitor.worst_ms:.0f} ms including the final render")
+    assert monitor.worst_ms < 1000
