@@ -224,7 +224,7 @@ def chat(messages: list[dict], settings: DecodeSettings, drafter: str, tools=Non
             return
         session = _session(ctx)
         configs = tools.configs() if tools is not None else ()
-        offered = tool_jobs.tools_for_turn(ctx, configs) if configs else []
+        offered = tool_jobs.tools_for_turn(ctx, configs) if configs and tool_jobs.model_takes_tools(ctx, session) else []
         before = session.drafter_note
         with holding(generation_lock(ctx.state), ctx.cancelled) as held:  # the server may be decoding
             if not held:

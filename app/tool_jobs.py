@@ -13,7 +13,7 @@ import logging
 import queue
 
 from app.messages import ToolConfirm, ToolNotice
-from engine.tools.calls import ToolCall
+from engine.tools.calls import ToolCall, template_writes_calls
 from engine.tools.mcp import McpServer, McpServerConfig, ToolError, ToolResult, ToolSpec
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,19 @@ def pool(ctx) -> McpPool:
         held = ctx.state[POOL] = McpPool()
         ctx.state.setdefault(AT_EXIT, []).append(held.close)
     return held
+
+
+def model_takes_tools(ctx, session) -> bool:
+    """Whether the model's chat template writes tool calls (Qwen / Hermes style); if not, the
+    window is told so once per model, and its turns go without tools."""
+    if template_writes_calls(getattr(session.tokenizer, "chat_template", None)):
+        return True
+    told = ctx.state.setdefault("tools_refused_for", set())
+    if session.target.name not in told:
+        told.add(session.target.name)
+        ctx.emit(ToolNotice(f"{session.target.name}'s chat template has no format for tool calls, so its "
+                            "chats go without the MCP servers' tools."))
+    return False
 
 
 def tools_for_turn(ctx, configs: tuple[McpServerConfig, ...]) -> list[ToolSpec]:

@@ -66,3 +66,32 @@ def test_tools_offered_run_declined_and_stopped_with_the_engine(qtbot):
     psutil.wait_procs([psutil.Process(p) for p in outcomes["running"] if psutil.pid_exists(p)], timeout=15)
     assert not {p for p in outcomes["running"] if psutil.pid_exists(p)
                 and psutil.Process(p).status() != psutil.STATUS_ZOMBIE}  # stopped with the engine thread
+
+
+def test_a_model_whose_template_has_no_tool_format_is_told_once_and_gets_no_tools(qtbot):
+    from types import SimpleNamespace
+
+    from engine.testing.tiny_models import build_tokenizer
+
+    hermes = build_tokenizer()  # given a template that lists tools and writes calls as Qwen's does
+    hermes.chat_template = ("{% if tools %}{% for t in tools %}{{ t | tojson }}{% endfor %}{% endif %}"
+                            "{% for m in messages %}{% if m.tool_calls %}<tool_call>{{ m.tool_calls | tojson }}"
+                            "</tool_call>{% else %}{{ m.content }}{% endif %}{% endfor %}")
+    qwen = SimpleNamespace(tokenizer=hermes, target=SimpleNamespace(name="qwen"))
+    plain = SimpleNamespace(tokenizer=build_tokenizer(), target=SimpleNamespace(name="tiny"))  # no chat template
+    host = EngineHost()
+    seen, answers = [], {}
+    host.event.connect(lambda envelope: seen.append(envelope.payload))
+
+    def turn(ctx) -> None:
+        answers["qwen"] = tool_jobs.model_takes_tools(ctx, qwen)
+        answers["tiny"] = [tool_jobs.model_takes_tools(ctx, plain) for _ in range(2)]
+
+    try:
+        host.submit("chat", turn)
+        qtbot.waitUntil(lambda: any(isinstance(p, JobEnded) for p in seen), timeout=60_000)
+    finally:
+        assert host.shutdown(60_000)
+    assert answers == {"qwen": True, "tiny": [False, False]}
+    notices = [p.text for p in seen if isinstance(p, ToolNotice)]
+    assert len(notices) == 1 and notices[0].startswith("tiny's chat template has no format for tool calls")
