@@ -30,7 +30,7 @@ def start_server(host: str, port: int, api_key: str | None):
     def run(ctx) -> None:
         from app.jobs import SESSION
         from engine.serving.server import ServerConfig, is_loopback, run_in_thread
-        from engine.serving.worker import EngineWorker
+        from engine.serving.worker import ServingWorker
 
         session = ctx.state.get(SESSION)
         if session is None:
@@ -40,7 +40,7 @@ def start_server(host: str, port: int, api_key: str | None):
         try:
             config = ServerConfig(host=host, port=port, api_key=api_key or None, allow_remote=not is_loopback(host))
             config.check()
-            worker = EngineWorker(LockedSession(session, generation_lock(ctx.state)), config.queue_size)
+            worker = ServingWorker(LockedSession(session, generation_lock(ctx.state)), config.queue_size)
             handle = run_in_thread(worker, config)
         except (ValueError, OSError) as exc:
             ctx.emit(ServerFailed(str(exc)))

@@ -22,13 +22,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from engine.serving.worker import EngineWorker
+from engine.serving.worker import ServingWorker
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 class _WorkerCollector:
-    def __init__(self, worker: EngineWorker, model_name: str) -> None:
+    def __init__(self, worker: ServingWorker, model_name: str) -> None:
         self.worker = worker
         self.model_name = model_name
 
@@ -63,7 +63,7 @@ class _WorkerCollector:
         yield self._one(counter, "tandem:engine_busy_seconds", "Seconds the engine spent on requests.", c.busy_seconds)
 
 
-def metrics_registry(worker: EngineWorker, model_name: str) -> CollectorRegistry:
+def metrics_registry(worker: ServingWorker, model_name: str) -> CollectorRegistry:
     """A registry of its own per server: several servers in one process (tests, the app) never
     share or clash over the global one."""
     registry = CollectorRegistry(auto_describe=False)

@@ -28,7 +28,7 @@ from engine.serving.responses import ReplyShape, timings
 from engine.tools.calls import StreamSplitter, call_grammar, marker_ids, template_writes_calls
 from engine.serving.schemas import (ApiError, ChatCompletionRequest, CompletionRequest, GenerationFields,
                                     SpeculativeOptions, parse_body)
-from engine.serving.worker import EngineWorker, GenerationRequest, Job, QueueFull
+from engine.serving.worker import ServingWorker, GenerationRequest, Job, QueueFull
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class ApiSettings:
 
 
 class OpenAiApi:
-    def __init__(self, worker: EngineWorker, settings: ApiSettings) -> None:
+    def __init__(self, worker: ServingWorker, settings: ApiSettings) -> None:
         self.worker = worker
         self.settings = settings
         self.registry = metrics.metrics_registry(worker, settings.model_id)

@@ -31,7 +31,7 @@ from engine.serving.http_protocol import with_read_timeout
 from engine.serving.openai_api import (ApiSettings, OpenAiApi, api_error_response, http_error_response,
                                        internal_error_response)
 from engine.serving.schemas import ApiError
-from engine.serving.worker import Counters, EngineWorker
+from engine.serving.worker import Counters, ServingWorker
 from engine.session.session import Session
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def is_loopback(host: str) -> bool:
         return bool(infos) and all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos)
 
 
-def build_app(worker: EngineWorker, config: ServerConfig) -> Starlette:
+def build_app(worker: ServingWorker, config: ServerConfig) -> Starlette:
     """The ASGI app over a (started) worker."""
     config.check()
     api = OpenAiApi(worker, ApiSettings(
@@ -120,7 +120,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
 class ServerHandle:
     """A running server: its address, live counters, and ``stop``."""
 
-    def __init__(self, server, thread: threading.Thread, sock: socket.socket, worker: EngineWorker,
+    def __init__(self, server, thread: threading.Thread, sock: socket.socket, worker: ServingWorker,
                  owns_worker: bool) -> None:
         self._server = server
         self._thread = thread
@@ -159,17 +159,17 @@ class ServerHandle:
         self.stop()
 
 
-def run_in_thread(engine: Session | EngineWorker, config: ServerConfig, sock: socket.socket | None = None,
+def run_in_thread(engine: Session | ServingWorker, config: ServerConfig, sock: socket.socket | None = None,
                   startup_timeout: float = 30.0) -> ServerHandle:
-    """Serve ``engine`` (a loaded Session, or an EngineWorker the caller keeps) from a background
+    """Serve ``engine`` (a loaded Session, or an ServingWorker the caller keeps) from a background
     thread; returns once the server accepts connections. ``sock``: one from ``bind_socket``.
-    Anything that is not an EngineWorker is taken for a Session (or a wrapper with its methods)
+    Anything that is not an ServingWorker is taken for a Session (or a wrapper with its methods)
     and gets a worker that ``stop`` stops."""
     import uvicorn
 
     config.check()
-    owns_worker = not isinstance(engine, EngineWorker)
-    worker = EngineWorker(engine, config.queue_size, config.log_prompts) if owns_worker else engine
+    owns_worker = not isinstance(engine, ServingWorker)
+    worker = ServingWorker(engine, config.queue_size, config.log_prompts) if owns_worker else engine
     worker.start()
     app = build_app(worker, config)
     sock = sock or bind_socket(config.host, config.port)

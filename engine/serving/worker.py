@@ -129,7 +129,7 @@ class Job:
         raise RuntimeError("unreachable")  # pragma: no cover
 
 
-class EngineWorker:
+class ServingWorker:
     """Owns the Session while the server runs: nothing else may decode on it meanwhile."""
 
     def __init__(self, session: Session, queue_size: int = 16, log_prompts: bool = False) -> None:
@@ -155,9 +155,9 @@ class EngineWorker:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
-    def start(self) -> "EngineWorker":
+    def start(self) -> "ServingWorker":
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="tandem-engine", daemon=True)
+            self._thread = threading.Thread(target=self._run, name="tandem-serving", daemon=True)
             self._thread.start()
         return self
 
