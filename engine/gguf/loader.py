@@ -9,7 +9,7 @@ from pathlib import Path
 from torch import nn
 
 from engine.gguf import metadata_cache
-from engine.gguf.model import build_model, check_architecture, precision_label, quantization, read_config
+from engine.gguf.model import build_model, check_architecture, file_precision_label, quantization, read_config
 from engine.gguf.reader import GgufFile
 
 log = logging.getLogger(__name__)
@@ -41,4 +41,4 @@ def load_gguf(path: Path | str, with_tokenizer: bool = True) -> GgufModel:
     seconds = time.perf_counter() - start
     kind = quantization(file)
     log.info("%s: %s model from its own %s weights in %.1fs", file.name, file.architecture, kind, seconds)
-    return GgufModel(model, tokenizer, file, kind, precision_label(file), seconds)
+    return GgufModel(model, tokenizer, file, kind, file_precision_label(file), seconds)

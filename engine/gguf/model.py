@@ -127,7 +127,7 @@ def quantization(file: GgufFile) -> str:
     return main if len(matrices) == 1 else f"mostly {main}"
 
 
-def precision_label(file: GgufFile) -> str:
+def file_precision_label(file: GgufFile) -> str:
     """What the app shows for precision "file": "As in the file (Q4_K_M)"."""
     return f"As in the file ({quantization(file)})"
 
