@@ -238,10 +238,6 @@ class DraftLengthController:
             return True
         return self._ceiling() - 1.0 > PROBE_GAIN_OVER_CATCH_UP * self._catch_up_per_token / self._v0
 
-    def best_speedup(self) -> float:
-        """The best expected speedup over every k at the acceptance observed so far."""
-        return max(self.expected_speedup(k) for k in range(1, self.max_k + 1))
-
     def _ceiling(self) -> float:
         """The best expected speedup over every k if 95% of drafts were accepted."""
         return max(self.expected_speedup(k, acceptance=0.95) for k in range(1, self.max_k + 1))

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import mmap
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,10 +107,6 @@ class GgufFile:
                 mapped._mmap.madvise(mmap.MADV_DONTNEED, start, end - start)
                 return end - start
         return 0
-
-    def type_counts(self) -> Counter:
-        """How many tensors of each type the file holds (``{"Q4_K": 169, "F32": 141, ...}``)."""
-        return Counter(t.type_name for t in self.tensors.values())
 
 
 def is_gguf(path: Path | str) -> bool:

@@ -148,11 +148,6 @@ class CatalogEntry:
     def drafter_weight_bytes(self, precision: str) -> int:
         return weight_bytes(self.drafter_params, precision) if self.drafter_kind in ("draft_model", "assistant") else 0
 
-    @property
-    def precision_sizes(self) -> dict[str, int]:
-        """Target weight bytes for each precision this entry offers."""
-        return {p: self.weight_bytes(p) for p in self.precisions}
-
 
 # -- reading the catalog -----------------------------------------------------------------------
 

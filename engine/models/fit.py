@@ -359,7 +359,3 @@ def recommend(entries: Iterable[CatalogEntry], hardware: Hardware, context: int 
             results[i] = replace(result, recommended=True)
             break
     return results
-
-
-def recommended_result(results: Sequence[FitResult]) -> FitResult | None:
-    return next((r for r in results if r.recommended), None)

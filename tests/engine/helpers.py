@@ -32,3 +32,8 @@ def assert_speculation_matches_plain(target, drafter, tokenizer, prompts, ks=(No
             assert spec.token_ids == plain.token_ids, (text, k)
             accepted += spec.stats.accepted
     return accepted
+
+
+def recommended(results):
+    """The one fit result ``engine.models.fit.recommend`` marks recommended (None: none fits)."""
+    return next((r for r in results if r.recommended), None)

@@ -81,9 +81,9 @@ def test_catalog_parameter_counts_agree_with_the_architecture(entries, entry_id)
         assert abs(estimate_params(arch) - params) / params < 0.01
 
 
-def test_precision_sizes(entries):
+def test_weight_bytes_by_precision(entries):
     e = find_entry("qwen3-8b", entries)
-    sizes = e.precision_sizes
+    sizes = {p: e.weight_bytes(p) for p in e.precisions}
     assert sizes["fp32"] == 2 * sizes["bf16"] == 4 * e.target_params
     assert sizes["int8"] == pytest.approx(e.target_params * 8.5 / 8, abs=1)
     assert sizes["int4"] == pytest.approx(e.target_params * 4.5 / 8, abs=1)

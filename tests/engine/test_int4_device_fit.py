@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from engine.models.catalog import find_entry, load_catalog
-from engine.models.fit import assess, default_precisions, recommend, recommended_result
+from engine.models.fit import assess, default_precisions, recommend
 from engine.models.hardware import GB, Hardware
 from engine.models.memory_fit import estimate_memory, human_bytes, int4_device_bytes
 from engine.models.placement import DoesNotFit, check_fits, dtype_for, weights_name
+from tests.engine.helpers import recommended
 
 MACHINES = {
     "rtx4060-8": {"ram_gb": 16, "gpus": [{"name": "RTX 4060", "vram_gb": 8}]},
@@ -56,15 +57,15 @@ def test_memory_figures_for_the_described_machines(entries):
 
 @pytest.mark.parametrize("machine", ["rtx4060-8", "rtx3060-12", "mac-16"])
 def test_the_picker_offers_an_8b_class_model_at_4bit(entries, machine):
-    best = recommended_result(recommend(entries, Hardware.from_profile(MACHINES[machine])))
+    best = recommended(recommend(entries, Hardware.from_profile(MACHINES[machine])))
     assert best.precision == "int4" and best.device in ("gpu", "unified") and 7e9 < best.entry.target_params < 9e9
     # Asked for 16 bits only, the same machine gets a ~1.5-4B model, as before.
-    sixteen = recommended_result(recommend(entries, Hardware.from_profile(MACHINES[machine]), precisions=("bf16",)))
+    sixteen = recommended(recommend(entries, Hardware.from_profile(MACHINES[machine]), precisions=("bf16",)))
     assert sixteen.precision == "bf16" and sixteen.entry.target_params < 4.5e9
 
 
 def test_an_8gb_mac_is_offered_a_smaller_model(entries):
-    best = recommended_result(recommend(entries, Hardware.from_profile(MACHINES["mac-8"])))
+    best = recommended(recommend(entries, Hardware.from_profile(MACHINES["mac-8"])))
     assert best.device == "unified" and best.entry.target_params < 5e9
 
 

@@ -11,10 +11,11 @@ import torch
 
 from engine.models.architecture import architecture_from_config
 from engine.models.catalog import entry_from_config, find_entry, load_catalog
-from engine.models.fit import assess, headroom, recommend, recommended_context, recommended_result
+from engine.models.fit import assess, headroom, recommend, recommended_context
 from engine.models.hardware import GB, Hardware
 from engine.models.memory_fit import FIT_ORDER, activation_bytes, estimate_memory, quantized_drafter_bytes
 from engine.models.runner import ModelRunner
+from tests.engine.helpers import recommended
 
 from .test_hardware import MACHINES
 
@@ -271,7 +272,7 @@ def test_a_model_too_big_for_the_gpu_falls_back_to_the_cpu(entries):
     assert r.fit == "cpu" and r.device == "cpu"
 
 
-def test_nothing_fits_means_nothing_recommended(entries):
+def test_nothing_fits_means_nothingrecommended(entries):
     results = recommend(entries, Hardware.from_profile({"ram_gb": 2, "ram_available_gb": 1}))
     assert not any(r.recommended for r in results)
     assert all(r.fit == "none" for r in results)
@@ -411,18 +412,18 @@ def test_a_two_core_cpu_is_recommended_a_model_it_can_chat_with(entries):
     # Everything up to 8B fits 24 GB, but an 8B model decodes at under 1 tok/s on 2 cores.
     two_cores = Hardware.from_profile({"ram_gb": 25, "ram_available_gb": 23, "cpu_cores": 2})
     results = recommend(entries, two_cores, precisions=("bf16",))
-    best = recommended_result(results)
+    best = recommended(results)
     assert best.fit == "cpu" and best.entry.target_params < 2.5e9 and best.cpu_tok_s >= 2.5
     by_id = {r.entry.id: r for r in results}
     assert by_id["qwen3-8b"].fit == "cpu" and by_id["qwen3-8b"].cpu_tok_s < 1.5
     assert "slow here" in by_id["qwen3-8b"].reason
     # More cores, more bandwidth: the 8B model becomes the pick.
-    sixteen = recommended_result(recommend(entries, Hardware.from_profile({"ram_gb": 25, "ram_available_gb": 23, "cpu_cores": 16}),
+    sixteen = recommended(recommend(entries, Hardware.from_profile({"ram_gb": 25, "ram_available_gb": 23, "cpu_cores": 16}),
                                            precisions=("bf16",)))
     assert sixteen.entry.target_params > 7e9
     # With the GGUF files weighed (the default), a Q4_K_M file reads under a third of bf16's
     # bytes a token: the same two cores chat with a bigger model.
-    by_default = recommended_result(recommend(entries, two_cores))
+    by_default = recommended(recommend(entries, two_cores))
     assert by_default.variant == "Q4_K_M" and by_default.precision == "file" and by_default.cpu_tok_s >= 2.5
     assert by_default.entry.target_params > 7e9
 
@@ -537,7 +538,7 @@ def picker_table(entries) -> dict[str, dict[str, object]]:
     for name, profile in PICKER_MACHINES.items():
         results = recommend(entries, Hardware.from_profile(profile))
         by_id = {r.entry.id: r for r in results}
-        best = recommended_result(results)
+        best = recommended(results)
         print(f"\n{name}: recommended {best.entry.id} {best.variant} ({best.precision}) on {best.device}, "
               f"needs {best.estimate.total / GB:.2f} GB")
         for entry_id in SEVEN_EIGHT_B:
