@@ -9,11 +9,11 @@ declines it. The model is told a declined call was declined.
 """
 from __future__ import annotations
 
-import json
 import logging
 
 from PySide6.QtWidgets import QMessageBox
 
+from app.chat_transcript import pretty_arguments
 from app.messages import ToolConfirm, ToolNotice
 from app.tool_settings import ToolSettings, load_tool_settings, save_tool_settings
 from app.tools_dialog import ToolsDialog
@@ -24,10 +24,7 @@ log = logging.getLogger(__name__)
 
 
 def _arguments_preview(arguments: str, limit: int = 600) -> str:
-    try:
-        text = json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
-    except ValueError:
-        text = arguments
+    text = pretty_arguments(arguments)
     return text if len(text) <= limit else text[:limit] + "…"
 
 
@@ -91,11 +88,10 @@ class ChatToolActions:
         self._pending = request
         where = f" from the MCP server “{request.server}”" if request.server else ""
         box = QMessageBox(QMessageBox.Icon.Question, "Run a tool?",
-                          f"The model wants to run the tool “{request.name}”{where}.", parent=self)
+                          f"The model wants to run the tool “{request.name}”{where} with:\n\n"
+                          f"{_arguments_preview(request.arguments)}", parent=self)
         box.setInformativeText("Run it with these arguments?")
         box.setDetailedText(_arguments_preview(request.arguments, 20_000))
-        box.setText(f"The model wants to run the tool “{request.name}”{where} with:\n\n"
-                    f"{_arguments_preview(request.arguments)}")
         self.run_tool_button = box.addButton("Run", QMessageBox.ButtonRole.AcceptRole)
         self.decline_tool_button = box.addButton("Decline", QMessageBox.ButtonRole.RejectRole)
         box.setDefaultButton(self.run_tool_button)

@@ -58,7 +58,8 @@ def user_html(index: int, content: str, attachments=()) -> str:
             f"<div align='right'><a href='edit:{index}' style='color:#5f6368; font-size:small'>Edit</a></div>")
 
 
-def _pretty_arguments(arguments: str) -> str:
+def pretty_arguments(arguments: str) -> str:
+    """A tool call's arguments (JSON text) indented for reading; text that is not JSON as it is."""
     try:
         return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
     except ValueError:
@@ -69,7 +70,7 @@ def tool_calls_html(calls) -> str:
     """A reply's tool calls, one card each: the tool's name and its arguments."""
     return "".join(
         f"<p style='margin-bottom:2px'><span style='color:#5f6368'>Calls the tool</span> <b>{html.escape(c['name'])}</b></p>"
-        f"<pre style='background:#ffffff'>{html.escape(_pretty_arguments(c['arguments']))}</pre>" for c in calls or ())
+        f"<pre style='background:#ffffff'>{html.escape(pretty_arguments(c['arguments']))}</pre>" for c in calls or ())
 
 
 TOOL_OUTCOMES = {"ran": "Result of", "failed": "Failed:", "declined": "Not run (declined):"}

@@ -188,7 +188,7 @@ class DraftModelDrafter:
         """``logits`` (over the vocabulary, or over the head's ``ids``) masked by the grammar."""
         if self.grammar is None:
             return logits
-        allowed = self.grammar.draft_mask(logits.shape[-1] if ids is None else int(ids.max()) + 1)
+        allowed = self.grammar.draft_mask(logits.shape[-1] if ids is None else self.head.vocab_size)
         if allowed is None:
             return logits
         allowed = allowed if ids is None else allowed[ids]
