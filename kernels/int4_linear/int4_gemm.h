@@ -126,8 +126,8 @@ inline void panel(const Args& a, int64_t m, int64_t p) {
 }
 
 // Input rows m .. m+count-1 (count 1..4): NR*MR accumulators plus the codes and the chain's
-// temporaries fit the 16 vector registers. More rows run in chunks of 4 (measured: one pass of
-// 8 rows per weight row ran slower than two of 4, with the panel in L1 for the second).
+// temporaries fit the 16 vector registers. More rows run in chunks of 4 (one pass of 8 rows
+// per weight row is slower than two of 4, with the panel in L1 for the second).
 inline void panel_rows(int64_t count, const Args& a, int64_t m, int64_t p) {
   switch (count) {
     case 1: panel<4, 1>(a, m, p); break;

@@ -4,7 +4,7 @@
 //
 // Why: the AVX2 tile spends ~38 instructions per 128 weights of one row (per 32: widen the
 // codes, vpmaddubsw + vpmaddwd, then convert, scale and add the group's sum), so a drafter's
-// decode step ran at ~60-70% of memory speed and its prompt prefill was bound by arithmetic. A
+// decode step runs at ~60-70% of memory speed there and its prompt prefill is bound by arithmetic. A
 // panel holds a group's 4 weight rows in 64 contiguous bytes: here one 512-bit load takes all
 // four, two vpdpbusd multiply-add their 128 codes by the row's inputs (broadcast to each row's
 // 128-bit lane) into exact int32 sums, and one convert, scale and FMA fold the group into the
@@ -83,9 +83,9 @@ inline void tile(const Args& a, int64_t m, int64_t p, bool prefetch) {
 }
 
 // Input rows m .. m+MR-1 against panels p0 .. p1-1, two at a time (the inputs' loads serve
-// both). Measured on one 896 -> 4864, 4864 -> 896 and 1536 -> 8960 layer from memory, 2 threads:
-// one row ran at the AVX2 tiles' speed (both memory-bound) with one panel per tile, and 8-23%
-// slower with four; 2 rows 1.1-1.35x faster than AVX2, 5 rows 1.8-1.9x, a 53-row prefill 1.75-1.9x.
+// both). On one 896 -> 4864, 4864 -> 896 and 1536 -> 8960 layer from memory, 2 threads: one row
+// runs at the AVX2 tiles' speed (both memory-bound) with one panel per tile, and 8-23% slower
+// with four; 2 rows 1.1-1.35x faster than AVX2, 5 rows 1.8-1.9x, a 53-row prefill 1.75-1.9x.
 template <int MR>
 inline void panels(const Args& a, int64_t m, int64_t p0, int64_t p1, bool prefetch) {
   int64_t p = p0;

@@ -1,7 +1,7 @@
 // int8 weights x int16-quantized inputs on AVX-512 VNNI (Zen 4+, Ice Lake+): the same
 // arithmetic as int16_inputs.h (the contract is reference.py's linear_a16), with bigger tiles.
 //
-// Why: verifying a few rows with the AVX2 tiles ran at ~30 GMAC/s per core, a quarter of what
+// Why: verifying a few rows with the AVX2 tiles runs at ~30 GMAC/s per core, a quarter of what
 // this machine's multiply units give. The AVX2 tile is capped by its 16 registers (NR*MR + NR
 // <= 15, so 9 rows take three passes over each weight tile), and each product needs a separate
 // add. Here vpdpwssd multiplies 32 int16 pairs and adds them into the sums in one instruction,
