@@ -5,7 +5,7 @@ demo to completion, save a screenshot of the window and exit (docs and visual ch
 --target PATH [--drafter PATH]: load these models (folders or .gguf files) instead of the default
 offline pair; a .gguf target runs its own quantization (--precision file) unless told otherwise.
 --self-test [OUT.png]: build a tiny model pair, run the demo with and without speculation, exit 0
-only when both outputs are identical (see app/self_test.py; the packaged app's smoke test).
+only when both outputs are identical (see app/shell/self_test.py; the packaged app's smoke test).
 """
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import logging.handlers
 import sys
 import traceback
 from pathlib import Path
+
+from engine.core.settings import PRECISIONS, precision_name
 
 TABS = {"models": 0, "demo": 1, "chat": 2}
 # The desktop file, icon and AppStream id (resources/linux/): one name, so the menu, the dock and
@@ -34,9 +36,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "(its name, variant, source or drafter)")
     p.add_argument("--target", type=Path, help="load this model (a folder or a .gguf file) instead of the default pair")
     p.add_argument("--drafter", type=Path, help="draft model (a folder or a .gguf file) to go with --target")
-    p.add_argument("--precision", choices=["file", "fast", "exact", "int8", "int4"],
-                   help="file (a GGUF file's own quantization: a .gguf target's default), fast (bf16), exact (fp32), "
-                        "int8 or int4 (quantized target weights: smaller and faster, different output)")
+    p.add_argument("--precision", type=precision_name, choices=PRECISIONS,
+                   help="file (a GGUF file's own quantization: a .gguf target's default), bf16, fp32, int8 or int4 "
+                        "(quantized target weights: smaller and faster, different output); fast and exact are "
+                        "accepted for bf16 and fp32")
     p.add_argument("--max-new-tokens", type=int, help="reply length for --demo / --chat")
     p.add_argument("--timeout", type=float, default=1800, help="give up on --screenshot after this many seconds")
     p.add_argument("--self-test", nargs="?", const=True, type=Path, metavar="OUT.png",
@@ -96,7 +99,7 @@ def setup_logging() -> Path | None:
             crash.write(f"{datetime.datetime.now().isoformat(timespec='seconds')} uncaught error:\n{text}\n")
             crash.flush()
         try:  # a GUI user sees it: a traceback on a console nobody reads tells them nothing
-            from app.crash_dialog import show_crash
+            from app.shell.crash_dialog import show_crash
 
             show_crash(f"{kind.__name__}: {value}", directory / "crash.log" if crash is not None else None)
         except Exception:  # the dialog must never turn one error into two
@@ -118,13 +121,13 @@ def main(argv=None) -> int:
     setup_logging()
     self_test = None
     if args.self_test:
-        from app.self_test import SelfTest
+        from app.shell.self_test import SelfTest
 
         self_test = SelfTest(args)  # fills in --target/--drafter/--demo/--screenshot
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Tandem")
@@ -133,7 +136,7 @@ def main(argv=None) -> int:
     icon = _icon()
     if icon is not None:
         app.setWindowIcon(icon)
-    from app.theme import follow_system
+    from app.shell.theme import follow_system
 
     follow_system(app)  # light or dark, as the system is, and when it switches
     window = MainWindow(self_test.settings() if self_test else None, autoload=args.target is None)
@@ -146,7 +149,7 @@ def main(argv=None) -> int:
         window.tabs.setCurrentIndex(TABS[args.tab])
     window.show()
     if args.target is not None:
-        from app import jobs
+        from app.bridge import jobs
 
         window._submit("load", jobs.load_models(str(args.target), str(args.drafter) if args.drafter else None,
                                                 target_precision(args, window.demo.controls.precision.currentData())))
@@ -173,7 +176,7 @@ def main(argv=None) -> int:
     finally:
         if self_test:
             self_test.cleanup()
-    from app.worker import leave
+    from app.bridge.worker import leave
 
     return leave(code)  # at once, even when the engine is inside a step that cannot be cancelled
 

@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from engine.core.paths import cache_dir
-    from engine.models import default_pair
+    from engine.models.loading import default_pair
 
     doc = json.loads(args.conversation.read_text())
     gguf_dir = cache_dir() / "gguf"

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from engine.core.paths import cache_dir
 from engine.core.sampler import Sampler
 from engine.core.settings import DecodeSettings, DrafterOptions
-from engine.models.runner import ModelRunner
+from engine.models.runners.runner import ModelRunner
 from engine.session.session import Session
 from kernels import gguf_linear
 from kernels.gguf_linear import cpu_avx2

@@ -97,7 +97,7 @@ say "verify backends: $("$PY" -c 'import kernels.verify as v; print(v.available_
 if stage verify; then
 say "parity tests (every verify backend vs the reference, CUDA tensors) and placement tests"
 timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_verify_backends.py tests/kernels/test_verify.py \
-    tests/engine/test_device_placement.py --junitxml="$OUT/parity.xml" 2>&1 | tail -25 | tee -a "$LOG"
+    tests/engine/models/loading/test_device_placement.py --junitxml="$OUT/parity.xml" 2>&1 | tail -25 | tee -a "$LOG"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { say "PARITY TESTS FAILED (rc $rc)"; STATUS=1; }
 fi
@@ -132,8 +132,8 @@ else
     INT4_DEVICE=cuda
 fi
 say "4-bit parity tests (kernels on $INT4_DEVICE vs the reference; the converter and memory fit on the CPU)"
-timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_int4pack.py tests/engine/test_gpu_weights.py \
-    tests/engine/test_int4_device_fit.py --junitxml="$OUT/int4_parity.xml" 2>&1 | tail -15 | tee -a "$LOG"
+timeout 240 "$PY" -m pytest -q -p no:cacheprovider tests/kernels/test_int4pack.py tests/engine/models/runners/test_gpu_weights.py \
+    tests/engine/models/planning/test_int4_device_fit.py --junitxml="$OUT/int4_parity.xml" 2>&1 | tail -15 | tee -a "$LOG"
 rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || { say "4-BIT PARITY TESTS FAILED (rc $rc)"; STATUS=1; }
 say "4-bit bench: parity at real shapes, 16-bit vs 4-bit passes (default pair, 8B), lossless, host syncs"

@@ -16,7 +16,7 @@ import time
 
 from transformers import AutoTokenizer
 
-from engine.models import default_pair
+from engine.models.loading import default_pair
 
 SCHEMAS = {
     "person": ({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},

@@ -1,5 +1,5 @@
 """Fault table for Hub downloads: each fault tried against the loopback fake Hub
-(tests/engine/hub_server.py), counting how often it was handled and whether data was lost.
+(tests/engine/hub/hub_server.py), counting how often it was handled and whether data was lost.
 
 handled: the fault was reported with the right failure kind and a message naming the repo (and
 the file where there is one); for faults a retry can recover from, the same run or the next one
@@ -27,7 +27,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.engine.hub_server import FakeHub
+from tests.engine.hub.hub_server import FakeHub
 
 REPO, WEIGHTS = "org/tiny", "model.safetensors"
 VICTIMS = ("somewhere/config.json", "somewhere/model.safetensors", "victim", "victim.incomplete", "x", "hf-home/x")
@@ -273,7 +273,7 @@ def endless_listing(trial: Trial, row: Row) -> None:
 
 
 def full_disk(trial: Trial, row: Row) -> bool:
-    from tests.engine.full_disk import run_on_full_disk, tmpfs_available
+    from tests.engine.hub.full_disk import run_on_full_disk, tmpfs_available
 
     if not tmpfs_available(trial.root):
         row.notes.append("skipped: unshare -rm not allowed here")

@@ -21,11 +21,12 @@ import argparse
 import json
 
 from engine.bench.background_load import BackgroundLoad
-from engine.bench.suite import geomean, read_prompts, select_prompts
-from engine.core.settings import DecodeSettings
+from engine.bench.prompt_sets import read_prompts, select_prompts
+from engine.bench.summary import geomean
 from engine.core.paths import RESOURCES
+from engine.core.settings import DecodeSettings
 from engine.core.threads import ThreadPolicy
-from engine.models import default_pair
+from engine.models.loading import default_pair
 from engine.session.compare import drain, warm_up
 from engine.session.session import Session
 from kernels import cpu_kernel_report

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -136,7 +134,7 @@ def tandem_phase(session, prompts: list[dict], peer: Peer, args, with_speculatio
 def summarize(report: dict, peer_rows: dict, draft_max: list[int]) -> dict:
     """Per category and overall (geometric means over prompts) of decode rates, Tandem's and
     llama.cpp's, and the ratios the goals speak of."""
-    from engine.bench.suite import geomean
+    from engine.bench.summary import geomean
 
     def of(rows, fn):
         return geomean([fn(r) for r in rows])
@@ -206,11 +204,11 @@ def main(argv=None) -> int:
     import torch
 
     from engine.bench.background_load import BackgroundLoad
-    from engine.bench.suite import read_prompts, select_prompts
+    from engine.bench.prompt_sets import read_prompts, select_prompts
     from engine.cli.common import drafter_options, load_session, write_json_atomically
     from engine.core.paths import cache_dir
-    from engine.models import default_pair
-    from engine.models.hardware import cpu_model
+    from engine.models.loading import default_pair
+    from engine.models.planning.hardware import cpu_model
     from kernels import cpu_kernel_report
     from kernels.gguf_linear import backend_name
 

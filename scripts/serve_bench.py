@@ -2,7 +2,7 @@
 `tandem serve` (a real uvicorn server on loopback, streamed SSE), alternating, in one run.
 
     python scripts/serve_bench.py [--prompt TEXT] [--repeats 3] [--max-new-tokens 128]
-                                  [--precision fast] [model options of `tandem compare`] [--json out.json]
+                                  [--precision bf16] [model options of `tandem compare`] [--json out.json]
 
 Per run it prints tokens per second two ways: end to end (new tokens over the wall time from
 the call / request to the last token, as a user sees it) and the engine's own rate after the

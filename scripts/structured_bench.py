@@ -19,7 +19,7 @@ import jsonschema
 
 from engine.core.settings import DecodeSettings, OutputFormat
 from engine.decode import grammar
-from engine.models import default_pair
+from engine.models.loading import default_pair
 from engine.session.compare import drain, warm_up
 from engine.session.session import Session
 

@@ -39,7 +39,7 @@ def tiny_pair():
 @pytest.fixture(scope="session")
 def default_pair_paths():
     """(target, drafter) folders of the real default pair; slow tests fail without the set-up."""
-    from engine.models import default_pair
+    from engine.models.loading import default_pair
 
     found = default_pair.installed_paths()
     if found is None:

@@ -1,6 +1,7 @@
 """The layer contract, checked mechanically: kernels <- engine <- app, and no Qt in the engine,
 no torch/transformers at module level in the app (the window must appear before torch loads)."""
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -47,3 +48,35 @@ def test_import_linter_contracts_hold():
     out = subprocess.run([exe, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "0 broken" in out.stdout
+
+
+# One upward import for each contract that keeps a floor plan: the contract must name it. (A
+# contract that nothing can break would hold whatever the code did.)
+UPWARD = [
+    ("engine/models/planning/fit.py", "import torch", "no torch, no transformers"),
+    ("engine/models/runners/kv_buffers.py", "from engine.models.loading import loader", "loading over runners over planning"),
+    ("app/store/presets.py", "from app.bridge import jobs", "the app by concern"),
+    ("app/chat/chat_widgets.py", "from app.demo import plots", "the app by concern"),
+    ("app/bridge/remote_jobs.py", "from app.bridge import jobs", "the bridge's jobs over the worker"),
+]
+
+
+@pytest.mark.parametrize("module, line, contract", UPWARD, ids=[u[0] for u in UPWARD])
+def test_an_upward_import_breaks_its_contract(tmp_path, module, line, contract):
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    for package in ("app", "engine", "kernels"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    with open(tmp_path / module, "a") as f:
+        f.write(f"\n{line}\n")
+    exe = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    out = subprocess.run([exe, "--no-cache"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0
+    listing = " ".join(out.stdout.split())  # the report wraps long contract names
+    verdict = re.search(re.escape(contract) + r".*?\b(KEPT|BROKEN)\b", listing)
+    assert verdict is not None and verdict.group(1) == "BROKEN", out.stdout[-3000:]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from engine.drafters.reduced_head import ReducedHead
-from engine.models.runner import ModelRunner
+from engine.models.runners.runner import ModelRunner
 
 
 @dataclass(frozen=True)

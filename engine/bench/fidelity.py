@@ -2,7 +2,7 @@
 
 The reference is the fp32 model of the file's weights, dequantized by gguf-py
 (engine.gguf.dequantized): the values the file holds, computed without further rounding. Not
-the converted folder at "exact": that folder stores the dequantized values in bf16, which
+the converted folder at "fp32": that folder stores the dequantized values in bf16, which
 rounds ~98% of the default target's Q4_K weights (``compare_weights`` measures it).
 
 Teacher-forced, so every model is judged on the same text: for each prompt the reference
@@ -21,7 +21,7 @@ model is in memory at a time.
 Candidates: "file" (the file's own quantization computed natively, engine.gguf, scored as the
 engine runs it: GgufRunner, its K/V cache in fp16, the prompt fed in PREFILL_CHUNK chunks),
 "file-kv32" (the same with an fp32 cache: what the 16-bit cache alone changes), and from the
-converted folder "fast" (bf16), "exact" (fp32 of the bf16 conversion), "int8" and "int4"
+converted folder "bf16" (bf16), "fp32" (fp32 of the bf16 conversion), "int8" and "int4"
 (Tandem's re-quantizations of it).
 """
 from __future__ import annotations
@@ -36,18 +36,18 @@ from pathlib import Path
 import torch
 
 from engine.core.heap import release_freed_memory
-from engine.models.runner import ModelRunner
+from engine.models.runners.runner import ModelRunner
 
 log = logging.getLogger(__name__)
 
-CANDIDATES = ("file", "file-kv32", "int8", "int4", "fast", "exact")
+CANDIDATES = ("file", "file-kv32", "int8", "int4", "bf16", "fp32")
 DESCRIPTIONS = {
     "file": "the file's own quantization, computed natively from its blocks, K/V cached in fp16",
     "file-kv32": "the same, K/V cached in fp32 (what the 16-bit cache changes)",
     "int8": "Tandem's int8 re-quantization of the bf16 conversion",
     "int4": "Tandem's int4 re-quantization of the bf16 conversion",
-    "fast": "the bf16 conversion (dequantized values rounded to bf16), computed in bf16",
-    "exact": "the bf16 conversion computed in fp32 (what bf16 storage alone changes)",
+    "bf16": "the bf16 conversion (dequantized values rounded to bf16), computed in bf16",
+    "fp32": "the bf16 conversion computed in fp32 (what bf16 storage alone changes)",
 }
 
 
@@ -83,7 +83,7 @@ def scored_log_probs(model, ids: list[int], n: int, kv_dtype: torch.dtype | None
     if kv_dtype is None:
         return torch.log_softmax(ModelRunner(model).forward(list(ids), n_logits=n), dim=-1)
     from engine.core.settings import PREFILL_CHUNK
-    from engine.models.gguf_runner import GgufRunner
+    from engine.models.runners.gguf_runner import GgufRunner
 
     runner, ids = GgufRunner(model, kv_dtype=kv_dtype), list(ids)
     first_scored = len(ids) - n
@@ -268,7 +268,7 @@ def run_fidelity(gguf_path: Path, folder: Path | None, candidates: list[str], pr
     """Reference first, alone in memory; then each candidate alone (loaded, scored, freed).
     ``on_report`` gets the report so far after every stage (so a later failure keeps it)."""
     from engine.gguf.dequantized import load_dequantized
-    from engine.models.loading import load_model
+    from engine.models.loading.loader import load_model
 
     report: dict = {"gguf": str(gguf_path), "folder": str(folder) if folder else None, "new_tokens": new_tokens,
                     "prompts": [p["id"] for p in prompts], "threads": torch.get_num_threads(), "candidates": {}}
@@ -297,7 +297,7 @@ def run_fidelity(gguf_path: Path, folder: Path | None, candidates: list[str], pr
         start = time.perf_counter()
         kv_dtype = None
         if from_file:
-            from engine.models import gguf_runner
+            from engine.models.runners import gguf_runner
 
             if gguf_runner.worth_using(loaded.model):  # as the engine runs it; else transformers'
                 kv_dtype = torch.float32 if name == "file-kv32" else gguf_runner.KV_DTYPE

@@ -50,8 +50,9 @@ TINY_SHAPES = {
                 "intermediate_size": 64, "vocab_size": 512, **_COMMON},
 }
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-# Which CPU benchmark file holds acceptance for a dtype: "fast" runs were bf16, "exact" fp32.
-_BENCH_PRECISION = {"bf16": "fast", "fp16": "fast", "fp32": "exact"}
+# Which CPU benchmark runs hold acceptance for a dtype (runs before the one precision vocabulary
+# recorded bf16 as "fast" and fp32 as "exact").
+_BENCH_PRECISION = {"bf16": ("bf16", "fast"), "fp16": ("bf16", "fast"), "fp32": ("fp32", "exact")}
 
 
 def build_random_model(shape: dict, dtype: torch.dtype, device: torch.device, seed: int = 0):
@@ -88,7 +89,7 @@ def median_seconds(fn: Callable[[], object], device: torch.device, reps: int, wa
 
 def target_pass_seconds(model, context: int, max_rows: int, reps: int) -> dict[int, float]:
     """{m: seconds of one target pass over m new tokens after ``context`` cached ones}."""
-    from engine.models.runner import ModelRunner
+    from engine.models.runners.runner import ModelRunner
 
     runner = ModelRunner(model)
     vocab = model.config.vocab_size
@@ -149,9 +150,9 @@ def verify_seconds(vocab: int, k: int, device: torch.device, reps: int) -> dict[
     return results
 
 
-def acceptance_by_category(precision: str, folder: Path = REPO / "docs" / "benchmarks") -> dict[str, float]:
-    """{category: acceptance} from the newest CPU benchmark run at ``precision`` ("fast" or
-    "exact"); empty when none is found."""
+def acceptance_by_category(precision: tuple[str, ...], folder: Path = REPO / "docs" / "benchmarks") -> dict[str, float]:
+    """{category: acceptance} from the newest CPU benchmark run at one of the ``precision``
+    names; empty when none is found."""
     for path in sorted(folder.glob("*.json"), reverse=True):
         try:
             data = json.loads(path.read_text())
@@ -159,7 +160,7 @@ def acceptance_by_category(precision: str, folder: Path = REPO / "docs" / "bench
             continue
         if not isinstance(data, dict) or not isinstance(data.get("settings"), dict):
             continue  # another script's figures (a list of rows), not a `tandem bench` report
-        if data["settings"].get("precision") != precision:
+        if data["settings"].get("precision") not in precision:
             continue
         categories = data.get("summary", {}).get("by_category", {})
         found = {c: float(v["acceptance"]) for c, v in categories.items() if "acceptance" in v}
@@ -188,7 +189,7 @@ def project(alpha: float, target: dict[int, float], draft: float, verify: float)
 def run(tiny: bool = False, device: str = "auto", dtypes: tuple[str, ...] = ("bf16", "fp32"), context: int = 128,
         max_k: int = 8, reps: int = 20) -> dict:
     """Measure everything; returns a JSON-able dict (``report`` turns it into text)."""
-    from engine.models.placement import pick_device
+    from engine.models.loading.placement import pick_device
 
     dev = pick_device(device)
     shapes = TINY_SHAPES if tiny else SHAPES

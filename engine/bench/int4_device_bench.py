@@ -96,8 +96,8 @@ def _weight_bytes(model: torch.nn.Module) -> int:
 def pass_costs(shape: dict, drafter_shape: dict | None, device: torch.device, context: int, max_rows: int,
                reps: int) -> dict:
     """16-bit then 4-bit (the same model converted in place) target passes, m = 1 .. max_rows."""
-    from engine.models.architecture import architecture_from_config
-    from engine.models.memory_fit import int4_device_bytes
+    from engine.models.planning.architecture import architecture_from_config
+    from engine.models.planning.memory_fit import int4_device_bytes
 
     dtype = int4pack.device_dtype(device)
     model = build_random_model(shape, dtype, device, seed=0)
@@ -144,7 +144,7 @@ def lossless_and_syncs(shape: dict, device: torch.device, new_tokens: int, k: in
     from engine.core.settings import DecodeSettings
     from engine.decode.decoding import plain_decode, speculative_decode
     from engine.drafters import DraftModelDrafter
-    from engine.models.runner import ModelRunner
+    from engine.models.runners.runner import ModelRunner
 
     dtype = int4pack.device_dtype(device)
     tok = _IdsTokenizer()
@@ -176,7 +176,7 @@ def lossless_and_syncs(shape: dict, device: torch.device, new_tokens: int, k: in
 
 
 def run(tiny: bool, device: str, context: int, reps: int) -> dict:
-    from engine.models.placement import pick_device
+    from engine.models.loading.placement import pick_device
 
     dev = pick_device(device)
     reason = int4pack.unsupported_reason(dev)
@@ -196,7 +196,7 @@ def run(tiny: bool, device: str, context: int, reps: int) -> dict:
 
 
 def report(result: dict) -> str:
-    from engine.models.memory_fit import human_bytes as gb
+    from engine.models.planning.memory_fit import human_bytes as gb
 
     ms = lambda s: f"{s * 1000:7.2f} ms"  # noqa: E731
     lines = [f"4-bit weights on {result['device']} ({result['device_name']}), torch {result['torch']}"

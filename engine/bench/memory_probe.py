@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from engine.core.settings import precision_name
+
 _FILLER = (
     "def merge_sorted(a, b):\n"
     "    out, i, j = [], 0, 0\n"
@@ -183,7 +185,7 @@ def measure_steady(args: list[str], env: dict | None = None, timeout_s: float = 
 
 def drafter_cache_bytes(proc, drafter: Path | None, weights: str | None) -> int:
     """Resident bytes of a draft model's int8 / int4 weight cache (engine.quant.weight_cache): a
-    converted folder's, or a GGUF drafter's re-quantized layers (engine.models.gguf_drafter)."""
+    converted folder's, or a GGUF drafter's re-quantized layers (engine.models.loading.gguf_drafter)."""
     from engine.quant import weight_cache
 
     if drafter is None or weights not in weight_cache.KINDS:
@@ -209,8 +211,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", help="model folder or .gguf file (default: the offline default pair's target)")
     parser.add_argument("--drafter", help="draft model folder (default: the default pair's drafter)")
     parser.add_argument("--no-drafter", action="store_true")
-    parser.add_argument("--precision", choices=["fast", "exact", "int8", "file"],
-                        help="file: a .gguf --target (and --drafter) computing on its own quantized weights", default="fast")
+    parser.add_argument("--precision", type=precision_name, choices=("bf16", "fp32", "int8", "file"),
+                        help="file: a .gguf --target (and --drafter) computing on its own quantized weights", default="bf16")
     parser.add_argument("--context", type=int, default=2048)
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--device", default="cpu")
@@ -218,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.target:
         target, drafter = Path(args.target), Path(args.drafter) if args.drafter else None
     else:
-        from engine.models import default_pair
+        from engine.models.loading import default_pair
 
         found = default_pair.installed_paths()
         if found is None:

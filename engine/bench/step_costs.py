@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from engine.core.sampler import Sampler
 from engine.core.settings import DecodeSettings
 from engine.drafters import DraftModelDrafter
-from engine.models.runner import ModelRunner
+from engine.models.runners.runner import ModelRunner
 
 
 @dataclass(frozen=True)

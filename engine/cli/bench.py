@@ -5,8 +5,16 @@ import json
 import sys
 from pathlib import Path
 
-from engine.cli.common import check_writable, default_model_paths, drafter_options, load_session, model_options, write_json_atomically
+from engine.cli.common import (
+    check_writable,
+    default_model_paths,
+    drafter_options,
+    load_session,
+    model_options,
+    write_json_atomically,
+)
 from engine.core.paths import RESOURCES
+from engine.core.settings import PRECISIONS, precision_name
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -35,10 +43,10 @@ def run(args) -> int:
     import gc
 
     from engine.bench.background_load import BackgroundLoad
-
-    from engine.bench.suite import baseline_plain, read_prompts, run_bench, select_prompts
+    from engine.bench.prompt_sets import read_prompts, select_prompts
+    from engine.bench.suite import baseline_plain, run_bench
     from engine.core.settings import DecodeSettings, InvalidRequest
-    from engine.models.precision_labels import label_for
+    from engine.models.loading.file_precision import label_for
     from engine.session.session import Session
 
     # Every input first, in milliseconds: the models take a minute to load, the run much longer.
@@ -131,9 +139,9 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=int, default=1,
                    help="time plain and speculative decoding of each prompt this many times, alternating, "
                         "and report the median run of each (for noisy, shared machines)")
-    p.add_argument("--baseline-precision", choices=["file", "fast", "exact", "int8", "int4"],
+    p.add_argument("--baseline-precision", type=precision_name, choices=PRECISIONS,
                    help="also time plain decoding of the same prompts at this precision, in the same run (e.g."
-                        " --precision int8 --baseline-precision fast: what quantizing the target buys; for the"
+                        " --precision int8 --baseline-precision bf16: what quantizing the target buys; for the"
                         " default pair, --baseline-precision int4 times its converted folder next to its GGUF file)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--mode", choices=["greedy", "sample"], default="greedy",

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from engine.core.long_lived import freeze_long_lived
-from engine.core.settings import DEFAULT_DRAFT_VOCAB, DEFAULT_MIN_CONFIDENCE
+from engine.core.settings import DEFAULT_DRAFT_VOCAB, DEFAULT_MIN_CONFIDENCE, PRECISIONS, precision_name
 
 
 def _progress_printer():
@@ -27,7 +27,7 @@ def default_model_paths(target: str | None, drafter: str | None, need_drafter: b
     default, default_pair.DEFAULT_PRECISION): its GGUF target for "file", its converted folder
     otherwise, verified (and rebuilt from its GGUF files where damaged; ``full_check`` hashes
     every file, see default_pair.prepare)."""
-    from engine.models import default_pair
+    from engine.models.loading import default_pair
 
     if target:
         return Path(target), Path(drafter) if drafter else None
@@ -39,11 +39,11 @@ def default_precision(target: str | Path | None) -> str:
     """The precision a target loads at when none is asked for: the default pair's default
     (default_pair.DEFAULT_PRECISION); a .gguf file's own quantization; bf16 for a folder."""
     from engine.gguf import is_gguf
-    from engine.models import default_pair
+    from engine.models.loading import default_pair
 
     if target is None:
         return default_pair.DEFAULT_PRECISION
-    return "file" if is_gguf(target) else "fast"
+    return "file" if is_gguf(target) else "bf16"
 
 
 def drafter_options(args):
@@ -96,9 +96,8 @@ def write_json_atomically(path: Path, data) -> None:
 
 
 def load_session(args, need_drafter=True):
+    from engine.models.loading.file_precision import label_for
     from engine.session.session import Session
-
-    from engine.models.precision_labels import label_for
 
     options = drafter_options(args)
     if args.precision is None:
@@ -126,8 +125,9 @@ def default_pair_precisions() -> str:
     """A line for `tandem models`: how the default pair's precisions are named (its GGUF file
     runs by default; the others start from its converted folder)."""
     from engine.core.paths import cache_dir
-    from engine.models import default_pair
-    from engine.models.precision_labels import FOLDER_PRECISIONS, precision_label, source_quantization
+    from engine.models.loading import default_pair
+    from engine.models.loading.file_precision import source_quantization
+    from engine.models.planning.precision_labels import FOLDER_PRECISIONS, precision_label
 
     quant = source_quantization(cache_dir() / "models" / default_pair.TARGET.name)
     quant = quant if quant is not None else ""  # not converted yet: a GGUF file all the same
@@ -147,10 +147,10 @@ def human_size(n: float) -> str:
 
 def model_options(p: argparse.ArgumentParser) -> None:
     """The options of every subcommand that loads a target and drafter."""
-    p.add_argument("--precision", choices=["file", "fast", "exact", "int8", "int4"], default=None,
+    p.add_argument("--precision", type=precision_name, choices=PRECISIONS, default=None,
                    help="file: as in the .gguf file (its own quantization, e.g. Q4_K_M, computed from its blocks;"
                         " the default for a .gguf target and for the default pair, which then runs from its GGUF"
-                        " file); fast: bf16; exact: fp32, greedy output token-identical; int8 / int4: the weights"
+                        " file); bf16 (or its older name fast); fp32 (or exact), greedy output token-identical; int8 / int4: the weights"
                         " quantized by Tandem (smaller, faster on a CPU, output different from bf16; int8 layers"
                         " round their inputs to int16, int4 ones to int8 as llama.cpp's Q4 formats do). For a model"
                         " converted from a GGUF file (the default pair's folder) bf16 and fp32 hold the file's"

@@ -14,7 +14,7 @@ def _default_files(gguf: str | None, folder: str | None) -> tuple[Path, Path | N
     if gguf:
         return Path(gguf), Path(folder) if folder else None
     from engine.core.paths import cache_dir
-    from engine.models import default_pair
+    from engine.models.loading import default_pair
 
     spec = default_pair.TARGET
     converted = Path(folder) if folder else default_pair.prepare(spec)
@@ -23,9 +23,9 @@ def _default_files(gguf: str | None, folder: str | None) -> tuple[Path, Path | N
 
 def _candidates(text: str, folder: Path | None) -> list[str]:
     from engine.bench.fidelity import CANDIDATES
-    from engine.core.settings import InvalidRequest
+    from engine.core.settings import PRECISION_ALIASES, InvalidRequest
 
-    names = [n.strip() for n in text.split(",") if n.strip()]
+    names = [PRECISION_ALIASES.get(n.strip(), n.strip()) for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in CANDIDATES]
     if unknown or not names:
         raise InvalidRequest(f"--candidates: choose among {', '.join(CANDIDATES)}, not {text!r}")
@@ -40,7 +40,7 @@ def run(args) -> int:
     import torch
 
     from engine.bench.fidelity import format_table, run_fidelity
-    from engine.bench.suite import read_prompts, select_prompts
+    from engine.bench.prompt_sets import read_prompts, select_prompts
     from engine.core.settings import InvalidRequest
 
     # Every input first: the reference takes minutes.
@@ -78,10 +78,10 @@ def add_parser(sub) -> None:
     p.add_argument("--gguf", help="the .gguf file (default: the offline Qwen2.5-Coder 1.5B Q4_K_M)")
     p.add_argument("--folder", help="its converted model folder, for the candidates other than file (default: the"
                                     " default target's)")
-    p.add_argument("--candidates", default="file,file-kv32,int8,int4,fast,exact",
+    p.add_argument("--candidates", default="file,file-kv32,int8,int4,bf16,fp32",
                    help="comma-separated: file (the file's own quantization, fp16 K/V cache as the engine runs it),"
-                        " file-kv32 (the same with an fp32 cache), int8, int4 (Tandem's), fast (bf16),"
-                        " exact (fp32 of the bf16 conversion)")
+                        " file-kv32 (the same with an fp32 cache), int8, int4 (Tandem's), bf16, fp32 (of the bf16"
+                        " conversion); fast and exact are read as bf16 and fp32")
     p.add_argument("--new-tokens", type=int, default=64, help="tokens the reference writes per prompt")
     p.add_argument("--prompts", default=str(RESOURCES / "prompts" / "bench.jsonl"))
     p.add_argument("--limit", type=int, default=0, help="only the first N prompts")

@@ -13,14 +13,14 @@ def run_setup(args) -> int:
     converted models is hashed against its digest, and the int8 / int4 weight caches of both
     models, where present, against theirs (a damaged model is converted again, a damaged cache
     removed for the next load to rebuild, each with a warning)."""
-    from engine.models import default_pair
-    from engine.models.precision_labels import label_for
+    from engine.models.loading import default_pair
+    from engine.models.loading.file_precision import label_for
     from engine.quant import weight_cache
     from kernels import cpu_kernel_report
 
     # Every precision's files: the converted folders (bf16 / fp32 / int8 / int4 start from them)
     # and the target's GGUF file ("file", the default).
-    target, drafter = default_model_paths(None, None, full_check=True, precision="fast")
+    target, drafter = default_model_paths(None, None, full_check=True, precision="bf16")
     gguf = default_pair.gguf_file(default_pair.TARGET)
     for (model, role), kind in itertools.product(((target, "target"), (drafter, "drafter")), weight_cache.KINDS):
         state = weight_cache.check(model, kind, role)
@@ -74,7 +74,7 @@ def run_compare(args) -> int:
     elif result.divergence:
         d = result.divergence
         print(f"outputs: differ from new token {d.position} (target's top-2 logit gap there: {d.top2_gap:.4f};"
-              " a near-tie that batched verification rounds differently in fast mode)")
+              " a near-tie that batched verification rounds differently in bf16)")
     else:
         print("outputs: differ (sampling: both are valid draws from the same distribution)")
     return 0

@@ -8,14 +8,15 @@ def run(args) -> int:
     from dataclasses import replace
 
     from engine.core.settings import InvalidRequest
-    from engine.models.catalog import load_catalog
-    from engine.models.fit import assess, recommend
-    from engine.models.hardware import Hardware, detect_hardware
-    from engine.models.memory_fit import human_bytes
+    from engine.models.loading.machine import detect_machine
+    from engine.models.planning.catalog import load_catalog
+    from engine.models.planning.fit import assess, recommend
+    from engine.models.planning.hardware import Hardware
+    from engine.models.planning.memory_fit import human_bytes
 
     if args.context is not None and args.context < 1:
         raise InvalidRequest(f"--context must be at least 1 token, not {args.context}")
-    hardware = Hardware.from_profile_file(args.hardware) if args.hardware else detect_hardware()
+    hardware = Hardware.from_profile_file(args.hardware) if args.hardware else detect_machine()
     # A model cannot run past its context window, whatever memory it fits: ranked apart, never
     # recommended, with the reason.
     entries = load_catalog()

@@ -14,7 +14,6 @@ The options are added to the existing subcommands here, so their own modules sta
 from __future__ import annotations
 
 import os
-import sys
 
 
 def add_remote_options(sub) -> None:

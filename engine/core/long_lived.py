@@ -8,7 +8,7 @@ server's streams, a timed run, the window's event loop. ``gc.freeze`` moves them
 the collector never scans; objects made later are collected as before.
 
 Call it on the thread that may collect: the CLI's main thread, the window's GUI thread
-(app.gui_gc.settle; never the app's engine thread, where freeing a Qt object crashes).
+(app.shell.gui_gc.settle; never the app's engine thread, where freeing a Qt object crashes).
 """
 from __future__ import annotations
 

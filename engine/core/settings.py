@@ -18,8 +18,8 @@ class InvalidRequest(ValueError):
 
 #: Prompt rows per prefill pass (the target's and a draft model's): a long prompt shows progress
 #: and can be cancelled between chunks, and a chunk's activations stay small (the memory fit
-#: budgets one chunk's, engine.models.memory_fit). The runners' rows are batch-invariant, so the
-#: chunking changes no bit of the cache (engine.models.gguf_runner).
+#: budgets one chunk's, engine.models.planning.memory_fit). The runners' rows are batch-invariant, so the
+#: chunking changes no bit of the cache (engine.models.runners.gguf_runner).
 PREFILL_CHUNK = 256
 
 # torch.Generator.manual_seed takes any 64-bit pattern; negative seeds alias large ones.
@@ -60,15 +60,27 @@ def _whole(name: str, value) -> int:
     return value
 
 Mode = Literal["greedy", "sample"]
-# exact: fp32 (greedy speculation token-identical to plain); fast: bf16/fp16; int8: the target's
+# fp32: greedy speculation token-identical to plain; bf16 (fp16 on a Mac): half the bytes; int8: the target's
 # linear weights quantized to int8 (smaller and faster on a CPU, output slightly different from
 # bf16; speculation on it stays token-identical to plain decoding of the same int8 target);
 # int4: 4-bit weights with int8-quantized inputs per layer (llama.cpp's Q4_1 x Q8_1 recipe;
 # smaller and faster still, output further from bf16; speculation on it stays token-identical).
 # file: a GGUF target's own quantization, computed from the file's blocks (engine.gguf; fp32
 # activations, quantized per block as llama.cpp does; speculation stays token-identical).
-Precision = Literal["exact", "fast", "int8", "int4", "file"]
-PRECISIONS: tuple[str, ...] = ("exact", "fast", "int8", "int4", "file")
+Precision = Literal["file", "bf16", "fp32", "int8", "int4"]
+PRECISIONS: tuple[str, ...] = ("file", "bf16", "fp32", "int8", "int4")
+#: Earlier names of two precisions, still accepted wherever a precision is read (the CLI, saved
+#: settings, API calls): "fast" was bf16 and "exact" fp32.
+PRECISION_ALIASES = {"fast": "bf16", "exact": "fp32"}
+
+
+def precision_name(value: str) -> str:
+    """``value`` in the one precision vocabulary (an old spelling mapped); a ValueError naming
+    the choices for anything else."""
+    name = PRECISION_ALIASES.get(value, value)
+    if name not in PRECISIONS:
+        raise ValueError(f"unknown precision {value!r}; choose from {', '.join(PRECISIONS)}")
+    return name
 DraftHead = Literal["pruned", "full"]
 DrafterPrecision = Literal["auto", "int8", "int4", "bf16", "fp32"]
 
@@ -85,7 +97,7 @@ DEFAULT_DRAFT_VOCAB = 32768
 DEFAULT_MIN_CONFIDENCE = 0.4
 
 # Longest draft a request may ask for. Verification then covers at most 33 rows, within the
-# batch-invariant attention's reach (engine.models.invariant_attention.PREFILL_ROWS), and far past any
+# batch-invariant attention's reach (engine.models.runners.invariant_attention.PREFILL_ROWS), and far past any
 # length that pays: the adaptive choice rarely goes beyond 8.
 MAX_DRAFT_LENGTH = 32
 
@@ -164,8 +176,8 @@ class DrafterOptions:
     head "pruned" scores only ``vocab_size`` frequent tokens (engine.drafters.draft_vocab) plus the
     request's own tokens; "full" scores the whole vocabulary. precision "auto" is int8 weights
     where a fast int8 kernel runs (CPU; int4 next to an int8 / int4 / GGUF target, see
-    engine.models.loading.drafter_weights), else the target's dtype; "int8", "int4", "bf16", "fp32" force one.
-    A GGUF drafter at int8 / int4 gets its decoder layers re-quantized (engine.models.gguf_drafter);
+    engine.models.loading.loader.drafter_weights), else the target's dtype; "int8", "int4", "bf16", "fp32" force one.
+    A GGUF drafter at int8 / int4 gets its decoder layers re-quantized (engine.models.loading.gguf_drafter);
     at bf16 / fp32 it runs its file's own blocks.
     ``min_confidence``: a draft stops early once the drafter's own probability of its next token
     falls below this (0 drafts the full length the controller asks for).

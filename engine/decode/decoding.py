@@ -1,7 +1,7 @@
 """Plain and speculative decoding as generators of events.
 
-Both loops know nothing about chat templates or Qt: they take prompt token ids, a ModelRunner for
-the target, a tokenizer (only for streaming text and stop strings) and DecodeSettings.
+Both loops know nothing about chat templates or Qt: they take prompt token ids, a Runner for the
+target (engine.models.runners.interface), a tokenizer (only for streaming text and stop strings) and DecodeSettings.
 Cancellation is cooperative: ``cancel()`` is checked between steps.
 
     prefill            feed the prompt after the prefix the cache already holds (in chunks, with
@@ -15,20 +15,21 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 
 from engine.core.events import Event, Failed, Finished, Stats, Tokens
 from engine.core.sampler import Sampler
 from engine.core.settings import PREFILL_CHUNK, DecodeSettings
-from engine.decode.draft_length import DraftLengthController
 from engine.decode import grammar
+from engine.decode.draft_length import DraftLengthController
 from engine.decode.grammar import GrammarConstraint
 from engine.decode.output import OutputBuilder
 from engine.decode.stats import StatsTracker
 from engine.drafters.base import Draft, Drafter
-from engine.models.prefix_reuse import keep_common_prefix
-from engine.models.runner import ContextTooLong, ModelRunner
+from engine.models.runners.interface import ContextTooLong, Runner
+from engine.models.runners.prefix_reuse import keep_common_prefix
 from kernels.verify import verify_greedy, verify_sampled
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def eos_token_ids(model, tokenizer) -> set[int]:
 class _Run:
     """Shared bookkeeping of one request: output, stats, the events to yield."""
 
-    def __init__(self, target: ModelRunner, tokenizer, prompt_ids, settings, eos_ids) -> None:
+    def __init__(self, target: Runner, tokenizer, prompt_ids, settings, eos_ids) -> None:
         if not prompt_ids:
             raise ValueError("the prompt is empty: type something to send")
         window = target.max_positions
@@ -100,7 +101,7 @@ class _Run:
             self.stats.forced_tokens += len(forced)
             yield from self.emit(forced, [False] * len(forced), 0, 0, 0.0)
 
-    def unread(self, target: ModelRunner) -> list[int]:
+    def unread(self, target: Runner) -> list[int]:
         """The context's tokens the target has not read yet: the last chosen one, and any
         forced ones after it."""
         return self.context[target.length:]
@@ -123,12 +124,12 @@ class NonFiniteLogits(RuntimeError):
     are damaged. Decoding them would print garbage that looks like output."""
 
 
-def _model_name(target: ModelRunner) -> str:
+def _model_name(target: Runner) -> str:
     model = getattr(target, "model", None)
     return str(getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "") or "the target")
 
 
-def prefill(target: ModelRunner, run: _Run, prompt_ids: list[int], whole: bool = False,
+def prefill(target: Runner, run: _Run, prompt_ids: list[int], whole: bool = False,
             cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
     """Feed the prompt after the prefix the target's cache already holds, in chunks of
     PREFILL_CHUNK with a Stats event (prompt tokens done / total) after each; returns the first
@@ -160,7 +161,7 @@ def prefill(target: ModelRunner, run: _Run, prompt_ids: list[int], whole: bool =
     return run.sampler.choose(logits)[0]
 
 
-def decode_one_token(target: ModelRunner, unread: list[int], sampler: Sampler,
+def decode_one_token(target: Runner, unread: list[int], sampler: Sampler,
                      constraint: GrammarConstraint | None = None) -> int:
     logits = target.forward(unread)
     if constraint is not None:
@@ -169,7 +170,7 @@ def decode_one_token(target: ModelRunner, unread: list[int], sampler: Sampler,
 
 
 def plain_decode(
-    target: ModelRunner,
+    target: Runner,
     tokenizer,
     prompt_ids: list[int],
     settings: DecodeSettings,
@@ -201,17 +202,37 @@ def plain_decode(
         yield Failed(_describe(exc))
 
 
+@dataclass(frozen=True)
+class Step:
+    """One speculative pass: the draft, how many of its tokens the target accepted, the target's
+    own token after them, and the two halves' seconds."""
+
+    draft: Draft
+    n_accepted: int
+    next_token: int
+    draft_s: float
+    verify_s: float
+
+    @property
+    def drafted(self) -> int:
+        return len(self.draft.tokens)
+
+    @property
+    def block(self) -> list[int]:
+        """The tokens it commits: the accepted drafts, then the target's own."""
+        return [*self.draft.tokens[: self.n_accepted], self.next_token]
+
+
 def speculate_step(
-    target: ModelRunner, drafter: Drafter, context: list[int], k: int, sampler: Sampler,
+    target: Runner, drafter: Drafter, context: list[int], k: int, sampler: Sampler,
     constraint: GrammarConstraint | None = None, unread: int = 1,
-) -> tuple[Draft, int, int, float, float]:
+) -> Step:
     """Draft up to k tokens after ``context``, verify them in one target pass (its rows masked
     by ``constraint``, where the output must follow a grammar; engine.decode.grammar).
 
     ``unread``: how many of the context's last tokens the target has not read (the last chosen
-    one, and tokens the grammar forced after it). Returns (draft, n_accepted, next_token,
-    draft_seconds, verify_seconds). On return the target cache holds context + the n accepted
-    drafts, as the loop invariant requires.
+    one, and tokens the grammar forced after it). On return the target cache holds context + the
+    n accepted drafts, as the loop invariant requires.
     """
     t0 = time.perf_counter()
     draft = drafter.propose(context, k, sampler) if k > 0 else Draft(())
@@ -232,11 +253,11 @@ def speculate_step(
     n = verdict.n_accepted
     target.crop(len(context) + n)
     drafter.observe(len(context) + n)
-    return draft, n, verdict.next_token, t1 - t0, time.perf_counter() - t1
+    return Step(draft, n, verdict.next_token, t1 - t0, time.perf_counter() - t1)
 
 
 def speculative_decode(
-    target: ModelRunner,
+    target: Runner,
     drafter: Drafter,
     tokenizer,
     prompt_ids: list[int],
@@ -251,60 +272,39 @@ def speculative_decode(
     try:
         run = _Run(target, tokenizer, prompt_ids, settings, eos_ids)
         drafter.reset()
-        attach = getattr(drafter, "attach_target", None)
-        run.forcing = attach is None
-        follow = getattr(drafter, "follow", None)
-        if follow is not None:  # a drafter that drafts under the output's grammar
-            follow(run.constraint)
-        if attach is not None:  # drafters that read the target's hidden states and K/V
-            attach(target)
-        controller = DraftLengthController(
-            fixed=settings.draft_length,
-            max_k=settings.max_draft_length,
-            drafting_is_free=drafter.free,
-            known=(costs or {}).get("measured"),
-        )
+        reads_target = drafter.attach_target is not None  # the target's hidden states and K/V
+        run.forcing = not reads_target
+        if drafter.follow is not None:  # a drafter that drafts under the output's grammar
+            drafter.follow(run.constraint)
+        if reads_target:
+            drafter.attach_target(target)
+        controller = DraftLengthController(fixed=settings.draft_length, max_k=settings.max_draft_length,
+                                           drafting_is_free=drafter.free, known=(costs or {}).get("measured"))
         t = time.perf_counter()
         # Drafters that read the target's hidden states need them for the whole prompt.
-        token = yield from prefill(target, run, prompt_ids, whole=attach is not None, cancel=cancel)
+        token = yield from prefill(target, run, prompt_ids, whole=reads_target, cancel=cancel)
         yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
         yield from run.emit_forced()
-        # A drafter that need not draft soon reads the prompt when it first drafts (its catch-up
-        # then): on a target where speculation does not pay, that prefill only delayed the
-        # first token. Drafters reading the target's own states must start from its prefill.
-        deferred = controller.drafter_can_wait and attach is None
-        if not run.done and not deferred:
+        # A drafter that need not draft soon reads the prompt when it first drafts: where
+        # speculation does not pay, that prefill would only delay the first token.
+        prefill_deferred = controller.drafter_can_wait and not reads_target
+        if not run.done and not prefill_deferred:
             drafter.prepare(run.context)
         while not run.done:
             if cancel():
                 yield run.finish("cancelled")
                 return
-            remaining = run.output.max_new_tokens - len(run.output.token_ids)
-            # Never draft past the token budget: the target adds one token of its own.
-            requested = max(0, min(controller.next_k(), remaining - 1))
-            # Only the controller's own choice counts as speculation switching itself off: not its
-            # calibration or v(0) refresh passes, nor a last pass with no budget left to draft.
-            switched_off = controller.switched_off
-            prepare_s = 0.0
-            if deferred and requested > 0:
-                t = time.perf_counter()
-                drafter.prepare(run.context)
-                prepare_s, deferred = time.perf_counter() - t, False
-            draft, n, next_token, draft_s, verify_s = speculate_step(
-                target, drafter, run.context, requested, run.sampler, run.constraint, len(run.unread(target))
-            )
-            k = len(draft.tokens)
-            # The controller prices drafting per token: a catch-up on tokens decoded while
-            # speculation was off is a one-off cost of switching on (the run's stats keep it).
-            # A deferred prompt prefill is one too.
-            catch_up_s = min(draft_s, getattr(drafter, "catch_up_s", 0.0)) + prepare_s
-            draft_s += prepare_s
-            controller.record(k, n, verify_s, draft_s - catch_up_s, requested=requested, catch_up_s=catch_up_s)
-            run.stats.add_pass(k, n, draft_s, verify_s)
-            if switched_off:
-                run.stats.off_steps += 1
-            block = [*draft.tokens[:n], next_token]
-            yield from run.emit(block, [True] * n + [False], k, n, draft_s + verify_s)
+            k = controller.plan(budget=run.output.max_new_tokens - len(run.output.token_ids))
+            deferred_s = 0.0
+            if prefill_deferred and k > 0:
+                deferred_s, prefill_deferred = _timed(drafter.prepare, run.context), False
+            step = speculate_step(target, drafter, run.context, k, run.sampler, run.constraint, len(run.unread(target)))
+            controller.settle(step.drafted, step.n_accepted, step.verify_s, step.draft_s, requested=k,
+                              catch_up_s=drafter.catch_up_s, deferred_prefill_s=deferred_s)
+            run.stats.add_pass(step.drafted, step.n_accepted, step.draft_s + deferred_s, step.verify_s,
+                               off=controller.pass_was_off)
+            yield from run.emit(step.block, [True] * step.n_accepted + [False], step.drafted, step.n_accepted,
+                                step.draft_s + deferred_s + step.verify_s)
             yield from run.emit_forced()
         if costs is not None and controller.measured() is not None:
             costs["measured"] = controller.measured()
@@ -314,6 +314,12 @@ def speculative_decode(
     except Exception as exc:
         _log_failure("speculative decoding", exc)
         yield Failed(_describe(exc))
+
+
+def _timed(work: Callable[..., object], *args) -> float:
+    start = time.perf_counter()
+    work(*args)
+    return time.perf_counter() - start
 
 
 def _log_failure(what: str, exc: Exception) -> None:

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.models.runner import ModelRunner
+from engine.models.runners.runner import ModelRunner
 
 
 @dataclass(frozen=True)

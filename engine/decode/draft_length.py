@@ -129,6 +129,7 @@ class DraftLengthController:
         self._seed_age = 0  # the age of the seeded costs (MeasuredCosts.age)
         self._seed_v0: float | None = None  # the seed's v(0): this request's against it shows a changed machine
         self._drafted = False  # whether this request measured drafting (then its costs are fresh)
+        self._off_this_pass = False  # see plan / pass_was_off
         if known is not None and fixed is None:
             self._seed_age, self._seed_v0 = known.age, known.v0
             self._v0, self._v1 = known.v0, known.v1
@@ -172,6 +173,29 @@ class DraftLengthController:
         if self.fixed is not None:
             return self.fixed
         return self.k
+
+    def plan(self, budget: int) -> int:
+        """The drafts to request for the next pass: this controller's k, never past a token
+        ``budget`` (the target adds one token of its own). Only the controller's own choice of
+        0 counts as speculation switched off (``pass_was_off``): not its calibration or v(0)
+        refresh passes, nor a last pass with no budget left to draft."""
+        self._off_this_pass = self.switched_off
+        return max(0, min(self.next_k(), budget - 1))
+
+    @property
+    def pass_was_off(self) -> bool:
+        """Whether the pass ``plan`` last planned ran with speculation switched off."""
+        return self._off_this_pass
+
+    def settle(self, drafted: int, n_accepted: int, verify_s: float, draft_s: float, requested: int,
+               catch_up_s: float = 0.0, deferred_prefill_s: float = 0.0) -> None:
+        """Record a planned pass. ``draft_s`` includes the drafter's ``catch_up_s`` (reading the
+        tokens decoded while speculation was off) and a prompt prefill deferred to the first
+        draft (``deferred_prefill_s``, not in ``draft_s``): both are one-off costs of switching
+        on, kept out of the per-token price of drafting."""
+        one_off = min(draft_s, catch_up_s) + deferred_prefill_s
+        self.record(drafted, n_accepted, verify_s, draft_s + deferred_prefill_s - one_off,
+                    requested=requested, catch_up_s=one_off)
 
     def record(
         self, k: int, n_accepted: int, verify_s: float, draft_s: float, requested: int | None = None,

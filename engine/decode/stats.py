@@ -43,8 +43,10 @@ class StatsTracker:
             self._first_block = n  # tokens that arrived with the first (prefill's): not decode-rate
         self.new_tokens += n
 
-    def add_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float) -> None:
+    def add_pass(self, drafted: int, accepted: int, draft_s: float, verify_s: float, off: bool = False) -> None:
+        """One speculative pass; ``off``: it ran plain because speculation did not pay then."""
         self.passes += 1
+        self.off_steps += off
         self.drafted += drafted
         self.accepted += accepted
         self.draft_s += draft_s

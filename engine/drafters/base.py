@@ -1,12 +1,17 @@
 """The drafter interface (the shape of transformers' CandidateGenerator)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
 from engine.core.sampler import Sampler
+from engine.models.runners.interface import Runner
+
+if TYPE_CHECKING:  # the decoding loop (above the drafters) owns the grammar
+    from engine.decode.grammar import GrammarConstraint
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,16 @@ class Drafter(Protocol):
     name: str
     #: True when proposing costs about nothing (no model forward), so k is not cost-limited.
     free: bool
+    #: Seconds of the last ``propose`` spent reading tokens decoded while speculation was off: a
+    #: one-off cost of switching on, which the draft-length controller keeps out of its price
+    #: of a drafted token.
+    catch_up_s: float
+    #: Drafters that read the target's own hidden states and K/V (Gemma 4 assistants, MTP
+    #: layers) take the request's target runner here before its prefill; None for the others.
+    attach_target: Callable[[Runner], None] | None
+    #: Drafters that draft under the output's grammar (a draft model) take the request's
+    #: constraint here (None: free text); None where the loop only filters the drafts.
+    follow: Callable[[GrammarConstraint | None], None] | None
 
     def reset(self) -> None:
         """Forget everything about the previous request."""
@@ -42,6 +57,11 @@ class Drafter(Protocol):
         """After verification, the first ``valid_length`` tokens of context + draft are final;
         anything the drafter cached beyond that must be dropped."""
 
-    # Optional: drafters that read the target's own hidden states and KV cache (Gemma 4
-    # assistants, MTP layers) also define ``attach_target(runner: ModelRunner) -> None``, which
-    # the loop calls with the request's target runner before its prefill.
+
+class DrafterBase:
+    """The optional members' defaults: a drafter that never falls behind, reads only tokens and
+    leaves the grammar to the loop. Drafters override what they do."""
+
+    catch_up_s = 0.0
+    attach_target: Callable[[Runner], None] | None = None
+    follow: Callable[[GrammarConstraint | None], None] | None = None

@@ -7,13 +7,12 @@ import torch
 
 from engine.core.sampler import Sampler
 from engine.core.settings import PREFILL_CHUNK
-from engine.drafters.base import Draft
-from engine.drafters.fused_runner import FusedRunner, worth_using
+from engine.drafters.base import Draft, DrafterBase
 from engine.drafters.reduced_head import ReducedHead
-from engine.models import gguf_runner
-from engine.models.prefix_reuse import common_prefix
-from engine.models.runner import ModelRunner
-
+from engine.models.runners import gguf_runner
+from engine.models.runners.fused_runner import FusedRunner, worth_using
+from engine.models.runners.prefix_reuse import common_prefix
+from engine.models.runners.runner import ModelRunner
 
 #: The most prompt tokens a drafter prefills for one request. Its prefill is paid before it drafts,
 #: after the first token, at ~200 tok/s for the default drafter on 2 cores: 512 tokens cost ~2.5 s,
@@ -24,7 +23,7 @@ from engine.models.runner import ModelRunner
 DRAFT_WINDOW = 128
 
 
-class DraftModelDrafter:
+class DraftModelDrafter(DrafterBase):
     """``head``: a ReducedHead to draft from instead of the model's own LM head (a token subset
     and/or int8 rows: a cheaper step). None uses the model's head over the whole vocabulary.
     ``fused``: run an int8 drafter's layers one kernel call each (FusedRunner); None decides.

@@ -28,13 +28,13 @@ import torch
 
 from engine.core.sampler import Sampler
 from engine.drafters.assistant_fit import SharedKV, check_assistant_fits
-from engine.drafters.base import Draft
-from engine.models.runner import ModelRunner
+from engine.drafters.base import Draft, DrafterBase
+from engine.models.runners.runner import ModelRunner
 
 log = logging.getLogger(__name__)
 
 
-class Gemma4AssistantDrafter:
+class Gemma4AssistantDrafter(DrafterBase):
     """Drafts with a ``Gemma4AssistantForCausalLM`` for a Gemma 4 target (Gemma4ForCausalLM or
     a text-only Gemma4ForConditionalGeneration). Raises AssistantMismatch when it does not fit."""
 

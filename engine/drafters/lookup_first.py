@@ -25,8 +25,8 @@ import time
 import torch
 
 from engine.core.sampler import Sampler
-from engine.drafters.base import Draft
-from engine.models.prefix_reuse import common_prefix
+from engine.drafters.base import Draft, DrafterBase
+from engine.models.runners.prefix_reuse import common_prefix
 
 
 def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -> tuple[int, list[int]]:
@@ -45,7 +45,7 @@ def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -
 
 
 
-class LookupFirstDrafter:
+class LookupFirstDrafter(DrafterBase):
     """``model``: the draft model (DraftModelDrafter). ``min_match``: the shortest trailing n-gram
     whose continuation is worth a guess (shorter matches are mostly chance). ``model_cost``: a
     target pass that verifies model drafts costs this many lookup passes (its drafter steps: on
@@ -83,9 +83,7 @@ class LookupFirstDrafter:
 
     def follow(self, grammar) -> None:
         """The draft model drafts under the output's grammar (lookup guesses are verified as they are)."""
-        follow = getattr(self.model, "follow", None)
-        if follow is not None:
-            follow(grammar)
+        self.model.follow(grammar)
 
     def prepare(self, prompt: list[int]) -> None:
         # Deferred to the model's first draft of this request (lookup may draft all of it).

@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from engine.core.sampler import Sampler
-from engine.drafters.base import Draft
-from engine.models.runner import ModelRunner
+from engine.drafters.base import Draft, DrafterBase
+from engine.models.runners.runner import ModelRunner
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def load_mtp_layers(model):
     return mtp.to(param.dtype).eval()
 
 
-class MtpLayersDrafter:
+class MtpLayersDrafter(DrafterBase):
     """Drafts with the target's own MTP layers (see the module docstring)."""
 
     name = "MTP layers"

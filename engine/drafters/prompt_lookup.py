@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from engine.core.sampler import Sampler
-from engine.drafters.base import Draft
+from engine.drafters.base import Draft, DrafterBase
 
 
 def find_continuation(
@@ -26,7 +26,7 @@ def find_continuation(
     return []
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(DrafterBase):
     name = "prompt lookup"
     free = True
 

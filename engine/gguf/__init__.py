@@ -6,7 +6,7 @@
     metadata_cache  the header's products (tensor table, config, tokenizer) cached per file
     modules         GgufLinear / DenseLinear / GgufEmbedding over the file's tensors
     model           the transformers model a file describes, built on those modules
-    loader          ``load_gguf(path)``: all of it, for engine.models.loading
+    loader          ``load_gguf(path)``: all of it, for engine.models.loading.loader
 
 The kernels are kernels.gguf_linear (llama.cpp's recipe: inputs quantized per block, integer
 products; batch-invariant, so speculation on a GGUF target is token-identical to its plain

@@ -15,7 +15,7 @@ parsed in milliseconds), with transformers' own tables and converters:
 Only the steps transformers takes for every architecture are repeated here; a file whose
 architecture takes one of its special branches (T5, StableLM, gpt-oss, LFM2, MiniMax, Gemma 4)
 raises ``NotHandledHere``, and so does anything else this does not reproduce, so the caller can
-use transformers' own path for it. tests/engine/test_gguf_hf_metadata.py checks the results
+use transformers' own path for it. tests/engine/gguf/test_gguf_hf_metadata.py checks the results
 against that path.
 """
 from __future__ import annotations

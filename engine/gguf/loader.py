@@ -1,4 +1,4 @@
-"""Load a GGUF file as a runnable model: the one call engine.models.loading makes."""
+"""Load a GGUF file as a runnable model: the one call engine.models.loading.loader makes."""
 from __future__ import annotations
 
 import logging

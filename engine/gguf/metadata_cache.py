@@ -75,6 +75,15 @@ def open_cached(path: Path) -> tuple[GgufFile, Path]:
     return file, folder
 
 
+def quantization_of(path: Path | str) -> str:
+    """A .gguf file's quantization as its loader names it ("Q4_K_M"; engine.gguf.model), read
+    from its header through this cache."""
+    from engine.gguf.model import quantization
+
+    file, _ = open_cached(Path(path))
+    return quantization(file)
+
+
 def config(file: GgufFile, folder: Path, read):
     """The transformers config: the entry's copy, else ``read(file)`` saved into the entry."""
     from transformers import AutoConfig

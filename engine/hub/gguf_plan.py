@@ -1,7 +1,7 @@
 """Deciding what the download of a GGUF variant fetches: one quantization's file (or every part
 of a split one) of a target, and its drafter's GGUF file -- nothing else of either repo.
 
-A variant is described as the catalog describes it (``engine.models.variants.GgufVariant``, on
+A variant is described as the catalog describes it (``engine.models.planning.variants.GgufVariant``, on
 ``CatalogEntry.variants`` / ``drafter_variants``): ``quant``, ``repo``, ``files`` and the
 expected total ``file_bytes``; anything with those attributes plugs in (``GgufSource`` here is
 the same shape, for a variant the catalog does not list). The Hub's listing of the repo is the
@@ -32,7 +32,7 @@ from engine.hub.plan import (
 from engine.hub.safe_names import revision as checked_revision
 
 if TYPE_CHECKING:
-    from engine.models.variants import GgufVariant
+    from engine.models.planning.variants import GgufVariant
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +180,8 @@ def choose_variant(entry, name: str):
 def drafter_variant_for(entry, target_variant):
     """The drafter's GGUF variant to pair with ``target_variant``: the same quantization when
     the catalog has it, else the first the catalog lists (its choice); None when it has none
-    (engine.models.variants.paired_drafter_variant: the memory fit budgets the same file)."""
-    from engine.models.variants import paired_drafter_variant
+    (engine.models.planning.variants.paired_drafter_variant: the memory fit budgets the same file)."""
+    from engine.models.planning.variants import paired_drafter_variant
 
     _, drafters = catalog_variants(entry)
     return paired_drafter_variant(target_variant, drafters)

@@ -215,7 +215,7 @@ def _offline_message(repo: str) -> str:
 def catalog_entry(repo_or_id: str):
     """The catalog entry for an id or repo, or None (also when the catalog is absent)."""
     try:
-        from engine.models import catalog
+        from engine.models.planning import catalog
     except ImportError:
         return None
     try:

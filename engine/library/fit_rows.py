@@ -1,8 +1,8 @@
 """Local GGUF models as picker rows: each ``LocalModel`` weighed like a catalog entry.
 
-The catalog's rows are ``engine.models.fit.FitResult``s; a model found on this machine (LM
+The catalog's rows are ``engine.models.planning.fit.FitResult``s; a model found on this machine (LM
 Studio, llama.cpp, Ollama, imported) becomes one too, so the picker sorts, filters and loads
-both alike: its file is the variant (``engine.models.variants.local_variant``: size from the
+both alike: its file is the variant (``engine.models.loading.gguf_sizes.local_variant``: size from the
 file, precision "file"), its architecture comes from the GGUF header's metadata (the fast
 header reader, engine.library.header), and its drafter is the one ``engine.library`` matched,
 budgeted from its own file (or folder). ``FitResult.source`` names the app it came from.
@@ -18,21 +18,22 @@ from pathlib import Path
 from engine.gguf.reader import GgufError
 from engine.library.header import one_line, read_header
 from engine.library.local_model import DrafterCandidate, LocalModel
-from engine.models.architecture import (
+from engine.models.loading.gguf_sizes import local_variant
+from engine.models.planning.architecture import (
     Architecture,
     ConfigError,
     architecture_from_config,
     estimate_params,
 )
-from engine.models.catalog import (
+from engine.models.planning.catalog import (
     FILE_PRECISION,
     LOOKUP_SPEEDUP_PRIOR,
     CatalogEntry,
     read_config,
 )
-from engine.models.fit import FitResult, assess
-from engine.models.hardware import Hardware
-from engine.models.variants import GgufVariant, local_variant
+from engine.models.planning.fit import FitResult, assess
+from engine.models.planning.hardware import Hardware
+from engine.models.planning.variants import GgufVariant
 
 log = logging.getLogger(__name__)
 

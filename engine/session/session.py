@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.core.events import Event, Failed, Finished
-from engine.core.settings import DecodeSettings, DrafterOptions, InvalidRequest, Precision, check_prompt
+from engine.core.settings import DecodeSettings, DrafterOptions, InvalidRequest, Precision, check_prompt, precision_name
 from engine.core.threads import ThreadPolicy
 from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import Drafter, DrafterMismatch, DraftModelDrafter, Gemma4AssistantDrafter, PromptLookupDrafter
@@ -22,10 +22,17 @@ from engine.drafters.reduced_head import ReducedHead
 from engine.gguf import is_gguf
 from engine.gguf.chat_template import guard
 from engine.gguf.resident import CannotKeepResident, Resident, keep_resident
-from engine.models.loading import LoadedModel, check_model_folder, drafter_weights, load_model, read_config, same_vocabulary
-from engine.models.placement import check_fits, dtype_for, pick_device, weights_name
-from engine.models.prefix_reuse import RunnerPool
-from engine.models.runner import ModelRunner
+from engine.models.loading.loader import (
+    LoadedModel,
+    check_model_folder,
+    drafter_weights,
+    load_model,
+    read_config,
+    same_vocabulary,
+)
+from engine.models.loading.placement import check_fits, dtype_for, pick_device, weights_name
+from engine.models.runners.prefix_reuse import RunnerPool
+from engine.models.runners.runner import ModelRunner
 
 DrafterKind = Literal["model", "lookup", "mtp", "off"]
 
@@ -80,7 +87,7 @@ class Session:
         if isinstance(self._model_drafter, DraftModelDrafter) and self.drafter_options.lookup:
             self._drafting = LookupFirstDrafter(self._model_drafter)
         self._mtp_drafter: Drafter | None = None
-        # The target's caches of recent requests (engine.models.prefix_reuse): a chat's next
+        # The target's caches of recent requests (engine.models.runners.prefix_reuse): a chat's next
         # turn, a regenerate or the server's next request of a conversation prefills only what
         # it adds. Drafters that read the target's own states get a fresh runner each time.
         self.target_caches = RunnerPool(self._new_target_runner)
@@ -91,8 +98,9 @@ class Session:
         self.threads = ThreadPolicy()
 
     @classmethod
-    def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "fast", device: str = "auto",
+    def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "bf16", device: str = "auto",
              drafter_options: DrafterOptions | None = None) -> "Session":
+        precision = precision_name(precision)  # an older spelling ("fast", "exact") is mapped
         options = drafter_options or DrafterOptions()
         if is_gguf(target_path):
             if device not in ("auto", "cpu"):
@@ -138,7 +146,7 @@ class Session:
 
         if self.target.weights in ("int8", "int4", "file"):
             return self.target.weights
-        return "exact" if self.target.dtype == torch.float32 else "fast"
+        return "fp32" if self.target.dtype == torch.float32 else "bf16"
 
     def encode(self, prompt: str | list[dict], chat: bool = True, tools: list[dict] | None = None) -> list[int]:
         """Prompt ids: chat messages (or a single user message) through the chat template when
@@ -196,11 +204,10 @@ class Session:
         hidden states or K/V (``attach_target``) need transformers' cache: ModelRunner then.
         A GGUF target (precision "file") runs its layers without transformers' modules around
         its kernels (GgufRunner), bit for bit what they compute."""
-        from engine.drafters import fused_runner
-        from engine.models import gguf_runner
+        from engine.models.runners import fused_runner, gguf_runner
 
         model = self.target.model
-        reads_target = getattr(drafter, "attach_target", None) is not None
+        reads_target = drafter is not None and drafter.attach_target is not None
         if self.target.weights in ("int8", "int4") and not reads_target and fused_runner.worth_using(model):
             return fused_runner.FusedRunner(model)
         if self.target.weights == "file" and not reads_target and gguf_runner.worth_using(model):
@@ -213,7 +220,7 @@ class Session:
     def _leased(self, prompt_ids: list[int], drafter, run: Callable) -> Iterator[Event]:
         """Run ``run(runner)`` on the kept cache that shares the most with ``prompt_ids``, and keep
         the cache for the next request when it ends (finished, failed or abandoned)."""
-        if getattr(drafter, "attach_target", None) is not None:
+        if drafter is not None and drafter.attach_target is not None:
             yield from self.threads.paced(run(self.target_runner(drafter)))
             return
         runner = self.target_caches.lease(prompt_ids)

@@ -2,8 +2,8 @@
 import pytest
 from PySide6.QtCore import QSettings
 
-from app.app_settings import AppSettings
-from app.worker import EngineHost
+from app.bridge.worker import EngineHost
+from app.store.app_settings import AppSettings
 
 
 @pytest.fixture(scope="session")
@@ -38,13 +38,13 @@ def wait_idle(qtbot, window, timeout=120_000):
 
 @pytest.fixture()
 def make_window(qtbot, app_settings, tiny_dirs):
-    """A window with the tiny pair loaded (fp32 'exact' unless asked otherwise)."""
-    from app import jobs
-    from app.window import MainWindow
+    """A window with the tiny pair loaded (fp32 unless asked otherwise)."""
+    from app.bridge import jobs
+    from app.shell.window import MainWindow
 
     made = []  # strong refs: a window garbage-collected unclosed would never stop its thread
 
-    def make(precision="exact", load=True, settings=None):
+    def make(precision="fp32", load=True, settings=None):
         window = MainWindow(settings or app_settings, autoload=False)
         made.append(window)
         qtbot.addWidget(window)
@@ -64,11 +64,11 @@ def make_window(qtbot, app_settings, tiny_dirs):
 def real_pair_window(qtbot, app_settings):
     """The main window with the real default pair loaded, its local-model scan done and idle
     (the slow tests' starting point); closed afterwards."""
-    from engine.models import default_pair
+    from engine.models.loading import default_pair
 
     if default_pair.installed_paths() is None:
         pytest.fail("the default pair is not installed: run the set-up (make setup) first")
-    from app.window import MainWindow
+    from app.shell.window import MainWindow
 
     window = MainWindow(app_settings, autoload=True)
     qtbot.addWidget(window)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.hub_server import FakeHub
+from tests.engine.hub.hub_server import FakeHub
 
 TARGET, DRAFTER, OTHER_VOCAB = "org/tiny", "org/tiny-drafter", "other/tiny-vocab300"
 WEIGHTS = "model.safetensors"

@@ -18,7 +18,7 @@ def assert_speculation_matches_plain(target, drafter, tokenizer, prompts, ks=(No
     from engine.core.settings import DecodeSettings
     from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
     from engine.drafters import DraftModelDrafter
-    from engine.models.runner import ModelRunner
+    from engine.models.runners.runner import ModelRunner
 
     eos = eos_token_ids(target, tokenizer)
     accepted = 0
@@ -35,5 +35,5 @@ def assert_speculation_matches_plain(target, drafter, tokenizer, prompts, ks=(No
 
 
 def recommended(results):
-    """The one fit result ``engine.models.fit.recommend`` marks recommended (None: none fits)."""
+    """The one fit result ``engine.models.planning.fit.recommend`` marks recommended (None: none fits)."""
     return next((r for r in results if r.recommended), None)

@@ -58,7 +58,7 @@ def test_dequantize_quantized_data_bit_identical_to_gguf(qtype):
 def _default_pair_ggufs() -> list[Path]:
     # Resolved at import, before the per-test home isolation: the files are only read.
     from engine.core.paths import cache_dir
-    from engine.models.default_pair import DRAFTER, TARGET
+    from engine.models.loading.default_pair import DRAFTER, TARGET
 
     return [cache_dir() / "gguf" / spec.filename for spec in (TARGET, DRAFTER)]
 

@@ -214,7 +214,7 @@ def test_packed_bytes_are_five_bits_a_weight_on_every_device_layout(n, k):
     """What the memory fit budgets (INT4PACK_BYTES_PER_WEIGHT): half a byte of codes and a
     16-bit scale and zero per 32. The CUDA / MPS layout's size comes from torch's meta kernel
     (the shape those devices allocate), the CPU's from a real pack."""
-    from engine.models.memory_fit import INT4PACK_BYTES_PER_WEIGHT
+    from engine.models.planning.memory_fit import INT4PACK_BYTES_PER_WEIGHT
 
     nibbles = torch.empty(n, k // 2, dtype=torch.uint8, device="meta")
     device_layout = torch.ops.aten._convert_weight_to_int4pack(nibbles, reference.inner_k_tiles(k))

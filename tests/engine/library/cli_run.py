@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from tests.measured_run import MeasuredRun, run_measured
+from tests.paths import REPO_ROOT as ROOT
 
-ROOT = Path(__file__).resolve().parents[3]
 #: A listing that reads something without bound fails under this cap instead of filling the machine.
 ADDRESS_SPACE_CAP = 6 * 2**30
 

@@ -13,7 +13,7 @@ import pytest
 from engine.library import import_model, list_local_models
 from engine.library.fit_rows import local_fits
 from engine.library.registry import registry_path
-from engine.models.hardware import Hardware
+from engine.models.planning.hardware import Hardware
 
 from .bad_ggufs import nested_arrays, zero_dims
 from .cli_run import local_rows, profile, tandem

@@ -9,7 +9,7 @@ from engine.library.fit_rows import (
     local_fits,
 )
 from engine.library.header import read_header
-from engine.models.hardware import Hardware
+from engine.models.planning.hardware import Hardware
 from tests.engine.library.conftest import place_llama_cpp, place_lmstudio, place_ollama
 
 HARDWARE = Hardware.from_profile({"ram_gb": 16, "cpu_cores": 4})

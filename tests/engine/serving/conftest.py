@@ -12,7 +12,7 @@ WINDOW = 4096  # the tiny target's context window: room for long streams to canc
 def tiny_session():
     """A Session on a tiny random Qwen2 target and a perturbed copy of it as drafter."""
     from engine.core.settings import DrafterOptions
-    from engine.models.loading import LoadedModel
+    from engine.models.loading.loader import LoadedModel
     from engine.session.session import Session
     from engine.testing.tiny_models import build_model, build_tokenizer, perturbed_copy
 

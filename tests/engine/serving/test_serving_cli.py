@@ -18,7 +18,7 @@ def test_tandem_serve_prints_its_url_answers_and_stops_on_ctrl_c(tmp_path, sig):
     target, _ = save_pair(tmp_path)
     # Prompt lookup: no draft model to load (the drafter's int8 kernels would only slow the start).
     cmd = [sys.executable, "-m", "engine", "serve", "--target", str(target), "--drafter", "lookup",
-           "--port", "0", "--precision", "exact", "--max-new-tokens", "5"]
+           "--port", "0", "--precision", "fp32", "--max-new-tokens", "5"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     timer = threading.Timer(120, proc.kill)  # a hang fails the test instead of blocking the suite

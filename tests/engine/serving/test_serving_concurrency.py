@@ -4,7 +4,7 @@ import json
 import threading
 import time
 
-from tests.engine.serving.client import assert_error, call, chat, connect
+from tests.engine.serving.client import assert_error, chat, connect
 
 CLIENTS = 16
 REQUESTS_EACH = 3

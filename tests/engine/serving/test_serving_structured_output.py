@@ -6,7 +6,7 @@ import json
 import jsonschema
 import pytest
 
-from engine.models import default_pair
+from engine.models.loading import default_pair
 from engine.serving.server import ServerConfig, run_in_thread
 from engine.session.session import Session
 

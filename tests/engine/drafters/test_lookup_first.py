@@ -1,0 +1,120 @@
+"""Prompt lookup drafting in front of a draft model: which source drafts, and that the output
+never changes."""
+import torch
+
+from engine.core.events import Finished
+from engine.core.sampler import Sampler
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import plain_decode, speculative_decode
+from engine.drafters import DraftModelDrafter
+from engine.drafters.lookup_first import LookupFirstDrafter, longest_match_continuation
+from engine.models.runners.runner import ModelRunner
+from tests.engine.helpers import run_to_end
+
+
+def test_longest_match_wins_and_the_latest_occurrence_is_continued():
+    # [1, 2, 3] occurs at 0 (then 9) and at 4 (then 7); the 4-gram [5, 1, 2, 3] nowhere earlier.
+    context = [1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3]
+    assert longest_match_continuation(context, 2) == (3, [7, 5])
+    assert longest_match_continuation(context, 10) == (3, [7, 5, 1, 2, 3])
+    assert longest_match_continuation([4, 5, 6], 3) == (0, [])  # nothing recurs
+    assert longest_match_continuation(context, 0) == (0, [])
+    assert longest_match_continuation([8, 8], 3) == (1, [8])  # the match may overlap the tail
+
+
+def _greedy() -> Sampler:
+    return Sampler(DecodeSettings(max_new_tokens=8))
+
+
+def test_lookup_drafts_while_the_text_copies_itself_then_the_model_takes_over(tiny_pair):
+    _, _, drafter_model = tiny_pair
+    drafter = LookupFirstDrafter(DraftModelDrafter(drafter_model))
+    passage = torch.randperm(200, generator=torch.Generator().manual_seed(1)).add(100).tolist()  # ids 100..299
+    context = passage + passage[:6]  # the output has started to repeat the passage
+    drafter.reset()
+    drafter.prepare(context)
+    for step in range(4):  # the target keeps copying: lookup's guesses are right
+        draft = drafter.propose(context, 4, _greedy())
+        start = len(context) - len(passage)
+        if step > 0:  # the first draft is the model's; its shadow-scored guess earns lookup the next
+            assert list(draft.tokens) == passage[start : start + 4]
+        right = 0  # drafts that match the passage are accepted
+        while right < len(draft.tokens) and draft.tokens[right] == passage[start + right]:
+            right += 1
+        drafter.observe(len(context) + right)
+        context = passage + passage[: start + 5]  # the target goes on copying
+    assert (drafter.lookup_steps, drafter.model_steps) == (3, 1)
+    assert drafter.lookup_score > drafter.prior
+    # Now the target writes a recurring phrase (20, 21, 22) followed by something new each time:
+    # the phrase matches, so lookup guesses, and every guess is wrong from its first token.
+    context = context + [20, 21, 22, 300]
+    drafter.observe(len(context) - 4)
+    score_after_copying = drafter.lookup_score
+    for i in range(6):
+        drafter.propose(context + [20, 21, 22], 4, _greedy())
+        drafter.observe(len(context) + 3)
+        context = context + [20, 21, 22, 301 + i]
+    drafter.propose(context, 4, _greedy())  # scores the last guess
+    # Two failed guesses hand drafting to the model (whose random drafts here fail as well, so
+    # cheap lookup gets its turn again later).
+    assert drafter.model_steps >= 2, "the model must take over once lookup keeps failing"
+    assert drafter.lookup_steps <= 3 + 5
+    assert drafter.lookup_score < min(score_after_copying, drafter.prior)
+
+
+def test_greedy_output_is_unchanged_and_both_sources_draft(tiny_pair):
+    tokenizer, target, drafter_model = tiny_pair
+    # A prompt the tiny target is likely to echo in places: lookup hits on 1-grams at least.
+    prompt = tokenizer("def add(a, b):\n    return a + b\n\ndef add(a, b):")["input_ids"]
+    settings = DecodeSettings(max_new_tokens=48)
+    plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, settings, set()))
+    for k in (None, 2, 5):
+        drafter = LookupFirstDrafter(DraftModelDrafter(drafter_model), min_match=1, model_cost=1.0, lookup_prior=1.5)
+        result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt,
+                                                  DecodeSettings(max_new_tokens=48, draft_length=k), set()))
+        assert isinstance(result, Finished), result
+        assert result.token_ids == plain.token_ids, k
+        if k is not None:  # (the adaptive k may switch speculation off on this tiny pair)
+            assert drafter.lookup_steps > 0 and drafter.model_steps > 0, (k, drafter.lookup_steps, drafter.model_steps)
+
+
+def test_session_drafts_with_lookup_first_unless_asked_not_to(tiny_pair):
+    from engine.core.settings import DrafterOptions
+    from engine.models.loading.loader import LoadedModel
+    from engine.session.session import Session
+
+    tokenizer, target, drafter_model = tiny_pair
+
+    def loaded(model, name):
+        return LoadedModel(name=name, model=model, tokenizer=tokenizer, device=torch.device("cpu"),
+                           dtype=torch.float32, seconds=0.0, weights="fp32")
+
+    on = Session(loaded(target, "t"), loaded(drafter_model, "d"), DrafterOptions(head="full"))
+    assert isinstance(on.drafter("model"), LookupFirstDrafter)
+    assert on.drafter("model").name == "d + prompt lookup"
+    off = Session(loaded(target, "t"), loaded(drafter_model, "d"), DrafterOptions(head="full", lookup=False))
+    assert isinstance(off.drafter("model"), DraftModelDrafter)
+
+
+def test_the_model_reads_the_prompt_only_when_it_first_drafts(tiny_pair):
+    """Where lookup drafts, the draft model's prefill is not paid; its first draft reads the
+    context then (its window of it), and drafts what a drafter prepared up front drafts."""
+    _, _, drafter_model = tiny_pair
+    model = DraftModelDrafter(drafter_model)
+    drafter = LookupFirstDrafter(model, lookup_prior=10.0)  # lookup trusted from the start
+    passage = torch.randperm(200, generator=torch.Generator().manual_seed(2)).add(100).tolist()
+    context = passage + passage[:6]
+    model.forget()
+    drafter.prepare(context)
+    draft = drafter.propose(context, 4, _greedy())
+    assert list(draft.tokens) == passage[6:10] and drafter.lookup_steps == 1
+    drafter.observe(len(context) + 4)
+    assert model.runner.length == 0, "lookup drafted: the model has read nothing yet"
+    fresh = list(range(300, 340))  # nothing recurs: the model drafts, reading the context first
+    context = context + passage[6:11] + fresh
+    ours = drafter.propose(context, 3, _greedy())
+    # Read up to the context's end (from its window's start: draft_model.DRAFT_WINDOW).
+    assert drafter.model_steps == 1 and model._origin + model.runner.length >= len(context) - 1
+    other = DraftModelDrafter(drafter_model)
+    other.prepare(context)
+    assert ours.tokens == other.propose(context, 3, _greedy()).tokens
