@@ -16,6 +16,7 @@ from engine.core.threads import ThreadPolicy
 from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import Drafter, DrafterMismatch, DraftModelDrafter, Gemma4AssistantDrafter, PromptLookupDrafter
 from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
+from engine.drafters.eagle3 import Eagle3Drafter, is_eagle3_folder, load_eagle3_drafter
 from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.drafters.reduced_head import ReducedHead
@@ -57,7 +58,10 @@ def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | N
 
 
 class Session:
-    def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None, drafter_options: DrafterOptions | None = None) -> None:
+    def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None, drafter_options: DrafterOptions | None = None,
+                 made_for_target: Eagle3Drafter | None = None) -> None:
+        """``made_for_target``: a drafter that reads the target's own states (EAGLE-3), in place
+        of a draft model."""
         # Chat templates render with limits, a refusal naming the model; the target last, so a
         # tokenizer the two share names the target, whose template renders the prompts.
         for loaded in (drafter, target):
@@ -75,7 +79,9 @@ class Session:
         self.eos_ids = eos_token_ids(target.model, target.tokenizer)
         self.drafter_options = drafter_options or DrafterOptions()
         self._costs: dict[str, dict] = {}  # per drafter kind: what the last request measured
-        if assistant:
+        if made_for_target is not None:
+            self._model_drafter = made_for_target
+        elif assistant:
             self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
         elif drafter is not None:
             self._model_drafter = DraftModelDrafter(drafter.model, drafter.name, head=draft_head(drafter, self.drafter_options),
@@ -109,6 +115,8 @@ class Session:
         # Both folders' files first: a missing tokenizer or a truncated weight file is named in
         # milliseconds, not after the other model's load (or as a "drafter mismatch").
         for path in (target_path, drafter_path):
+            if path and path == drafter_path and is_eagle3_folder(path):
+                continue  # an EAGLE-3 folder ships no tokenizer: its loader checks its files
             if path and not Path(path).is_file():  # a folder (a .gguf file is checked by its loader)
                 check_model_folder(Path(path), with_tokenizer=path == target_path or not is_assistant_config(read_config(path)))
         dev = pick_device(device)
@@ -117,6 +125,11 @@ class Session:
                        weights=weights_name(precision, dev))
         target = load_model(target_path, precision, str(dev), check_memory=False)
         drafter = None
+        if drafter_path and is_eagle3_folder(drafter_path):
+            names = (target.name, str(getattr(target.model.config, "_name_or_path", "") or ""))
+            made = load_eagle3_drafter(Path(drafter_path), target.model, target.name, names,
+                                       quantize=options.precision in ("auto", "int8", "int4") and dev.type == "cpu")
+            return cls(target, None, options, made_for_target=made)
         if drafter_path and not is_gguf(drafter_path) and is_assistant_config(read_config(drafter_path)):
             from transformers import AutoConfig
 
@@ -208,9 +221,11 @@ class Session:
 
         model = self.target.model
         reads_target = drafter is not None and drafter.attach_target is not None
+        # An EAGLE-3 drafter reads only the inputs of a few layers, which GgufRunner keeps too.
+        reads_modules = reads_target and not isinstance(drafter, Eagle3Drafter)
         if self.target.weights in ("int8", "int4") and not reads_target and fused_runner.worth_using(model):
             return fused_runner.FusedRunner(model)
-        if self.target.weights == "file" and not reads_target and gguf_runner.worth_using(model):
+        if self.target.weights == "file" and not reads_modules and gguf_runner.worth_using(model):
             return gguf_runner.GgufRunner(model)
         return ModelRunner(model)
 

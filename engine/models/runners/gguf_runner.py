@@ -147,7 +147,10 @@ class GgufRunner(OwnCacheRunner):
         cos = (angles.cos() * self.rope_scale)[:, None, :]
         sin = _signed_sin((angles.sin() * self.rope_scale)[:, None, :])
         H, KVH, D = self.n_heads, self.n_kv, self.head_dim
+        kept = {}  # the inputs of the layers an EAGLE-3 drafter reads
         for i, layer in enumerate(self.layers):
+            if i in self.aux_layers:
+                kept[i] = x
             h = _rms_norm(x, layer.input_norm, self.eps)
             if layer.qkv is not None:
                 qkv = gguf_linear.linear_group(h, *layer.qkv)
@@ -179,6 +182,9 @@ class GgufRunner(OwnCacheRunner):
             else:
                 x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
         self._record(start, ids)
+        if self.aux_layers:
+            kept[len(self.layers)] = x
+            self.aux, self.aux_start = torch.cat([kept[i] for i in self.aux_layers], dim=-1), start
         return _rms_norm(x[-n_last:], self.final_norm, self.eps)
 
     def forward(self, token_ids: list[int] | torch.Tensor, n_logits: int = 1) -> torch.Tensor:

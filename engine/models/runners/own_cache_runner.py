@@ -24,6 +24,11 @@ class OwnCacheRunner:
         self.length = 0
         #: The token at each cached position (engine.models.runners.prefix_reuse reads it).
         self.tokens: list[int] = []
+        #: Layers whose inputs each forward keeps in ``aux`` [rows, len * H], for an EAGLE-3
+        #: drafter (engine.drafters.eagle3); the runners that compute their own layers fill it.
+        self.aux_layers: tuple[int, ...] = ()
+        self.aux: torch.Tensor | None = None
+        self.aux_start = 0
 
     def _allocate_cache(self, layers: int, head_dim: int, capacity: int, dtype: torch.dtype = torch.float32) -> None:
         self.head_dim = head_dim

@@ -4,12 +4,15 @@ architecture transformers runs, on any device torch has.
 Drafters that read the target itself (Gemma 4 assistants, in-checkpoint MTP layers) set
 ``capture_hidden``: each forward then also keeps the final (post-norm) hidden states of the rows
 the model computed, and ``hidden_at`` / ``cached_kv`` hand out what such a drafter needs.
+EAGLE-3 drafters set ``aux_layers``: each forward keeps the inputs of those decoder layers
+(engine.models.runners.aux_states).
 """
 from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
 
+from engine.models.runners.aux_states import LayerInputs
 from engine.models.runners.interface import ContextTooLong
 
 
@@ -21,6 +24,8 @@ class ModelRunner:
         self.max_positions = getattr(model.config.get_text_config(), "max_position_embeddings", None)
         #: Keep the final hidden states of every forward (set by drafters that read them).
         self.capture_hidden = False
+        #: Decoder layers whose inputs every forward keeps (set by drafters that read them).
+        self.aux_layers: tuple[int, ...] = ()
         self.reset()
 
     def reset(self) -> None:
@@ -31,6 +36,8 @@ class ModelRunner:
         self.tokens: list[int | None] = []
         self.hidden: torch.Tensor | None = None  # [rows, H]: final hidden states of the last pass
         self.hidden_start = 0  # absolute position of hidden[0]
+        self.aux: torch.Tensor | None = None  # [rows, len(aux_layers) * H] of the last pass
+        self.aux_start = 0
         # Sliding-window layers forget states beyond the window as they go, which a rollback
         # could not undo; recording keeps them until the next pass trims them (see forward).
         self._sliding = any(getattr(layer, "is_sliding", False) for layer in self.cache.layers)
@@ -76,6 +83,7 @@ class ModelRunner:
             hook = self._final_norm().register_forward_hook(self._keep_hidden)
         else:
             self.hidden = None
+        taps = LayerInputs(self.model.get_decoder(), self.aux_layers) if self.aux_layers else None
         try:
             out = module(
                 input_ids=input_ids,
@@ -87,6 +95,11 @@ class ModelRunner:
         finally:
             if hook is not None:
                 hook.remove()
+            if taps is not None:
+                taps.remove()
+        if taps is not None:
+            self.aux = taps.rows()
+            self.aux_start = self.length + n - self.aux.shape[0]
         if hook is not None:
             # The model may compute only the last rows (Gemma 4 skips KV-shared layers for rows
             # whose logits are not kept); whatever it computed ends at the last fed position.

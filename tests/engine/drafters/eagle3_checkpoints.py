@@ -1,0 +1,132 @@
+"""Tiny EAGLE-3 checkpoints in the published layouts, written by test code alone (it never
+imports the engine's reader or layers): the Speculators format (vLLM's; RedHatAI's drafters)
+and the EAGLE authors' own (``LlamaForCausalLMEagle3``, one ``midlayer``; AngelSlim's).
+
+``copy_of_target`` makes a drafter that mostly repeats the target's own next-token guess: fc
+picks the state of the last layer's output, the norm and head are the target's, and the
+attention and MLP add a little noise. Its drafts are accepted where the target repeats itself
+and rejected elsewhere, so tests see partial acceptance; a random drafter is accepted almost
+never.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+
+def layer_config(target, hidden: int | None = None, heads: int = 4, kv_heads: int = 2, vocab: int | None = None) -> dict:
+    c = target.config
+    hidden = hidden or c.hidden_size
+    return {
+        "model_type": "llama", "hidden_size": hidden, "num_hidden_layers": 1, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "head_dim": hidden // heads, "intermediate_size": 2 * hidden,
+        "rms_norm_eps": c.rms_norm_eps, "rope_theta": 10000.0, "max_position_embeddings": c.max_position_embeddings,
+        "vocab_size": vocab or c.vocab_size, "hidden_act": "silu", "tie_word_embeddings": False,
+    }
+
+
+def random_weights(config: dict, draft_vocab: int, target_hidden: int, seed: int, scale: float = 0.3) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    H, heads, kv, D, inner = (config["hidden_size"], config["num_attention_heads"], config["num_key_value_heads"],
+                              config["head_dim"], config["intermediate_size"])
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g) * scale / shape[-1] ** 0.5 * 4
+
+    return {
+        "fc.weight": rand(H, 3 * target_hidden),
+        "layers.0.self_attn.q_proj.weight": rand(heads * D, 2 * H),
+        "layers.0.self_attn.k_proj.weight": rand(kv * D, 2 * H),
+        "layers.0.self_attn.v_proj.weight": rand(kv * D, 2 * H),
+        "layers.0.self_attn.o_proj.weight": rand(H, heads * D),
+        "layers.0.mlp.gate_proj.weight": rand(inner, H),
+        "layers.0.mlp.up_proj.weight": rand(inner, H),
+        "layers.0.mlp.down_proj.weight": rand(H, inner),
+        "layers.0.input_layernorm.weight": torch.ones(H),
+        "layers.0.post_attention_layernorm.weight": torch.ones(H),
+        "layers.0.hidden_norm.weight": torch.ones(H),
+        "norm.weight": torch.ones(H),
+        "lm_head.weight": rand(draft_vocab, H),
+    }
+
+
+def copy_of_target(target, noise: float = 0.05, seed: int = 0, draft_ids: list[int] | None = None) -> dict[str, torch.Tensor]:
+    """Weights (ids (0, L//2, L): the last id is the final layer's output) that mostly repeat
+    the target's next-token guess; ``draft_ids``: the target ids its reduced head keeps."""
+    H = target.config.hidden_size
+    config = layer_config(target)
+    vocab = target.config.vocab_size
+    ids = draft_ids if draft_ids is not None else list(range(vocab))
+    weights = random_weights(config, len(ids), H, seed, scale=noise)
+    fc = torch.zeros(H, 3 * H)
+    fc[:, 2 * H:] = torch.eye(H)
+    weights["fc.weight"] = fc
+    weights["layers.0.hidden_norm.weight"] = torch.ones(H)
+    weights["norm.weight"] = target.model.norm.weight.detach().float().clone()
+    weights["lm_head.weight"] = target.lm_head.weight.detach().float()[ids].clone()
+    return weights
+
+
+def vocabulary_maps(draft_ids: list[int], vocab: int) -> dict[str, torch.Tensor]:
+    d2t = torch.tensor([t - d for d, t in enumerate(draft_ids)], dtype=torch.long)
+    t2d = torch.zeros(vocab, dtype=torch.bool)
+    t2d[draft_ids] = True
+    return {"d2t": d2t, "t2d": t2d}
+
+
+def save_speculators(folder: Path, target, weights: dict[str, torch.Tensor], aux_ids: list[int] | None,
+                     verifier: str = "tiny-target", draft_ids: list[int] | None = None, config: dict | None = None,
+                     embed: bool = False) -> Path:
+    """vLLM's Speculators layout: speculators_* keys, the layer config nested, no embedding
+    (the verifier's is used) unless ``embed``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = config or layer_config(target)
+    draft_vocab = weights["lm_head.weight"].shape[0]
+    tensors = dict(weights)
+    if draft_ids is not None:
+        tensors.update(vocabulary_maps(draft_ids, target.config.vocab_size))
+    if embed:
+        tensors["embed_tokens.weight"] = target.model.embed_tokens.weight.detach().float().clone()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    document = {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "speculators_version": "0.3.0",
+        "draft_vocab_size": draft_vocab,
+        "norm_before_residual": False,
+        "target_hidden_size": None,
+        "transformer_layer_config": config,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+            "verifier": {"name_or_path": verifier, "architectures": ["Qwen2ForCausalLM"]},
+        },
+    }
+    if aux_ids is not None:
+        document["eagle_aux_hidden_state_layer_ids"] = aux_ids
+    (folder / "config.json").write_text(json.dumps(document, indent=2))
+    return folder
+
+
+def save_eagle_authors(folder: Path, target, weights: dict[str, torch.Tensor], aux_ids: list[int] | None,
+                       draft_ids: list[int] | None = None) -> Path:
+    """The EAGLE authors' layout: a flat Llama config, the layer stored as ``midlayer``, the
+    embedding shipped with the drafter, d2t / t2d always present."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = target.config.vocab_size
+    ids = draft_ids if draft_ids is not None else list(range(vocab))
+    tensors = {k.replace("layers.0.", "midlayer."): v for k, v in weights.items()}
+    tensors.update(vocabulary_maps(ids, vocab))
+    tensors["embed_tokens.weight"] = target.model.embed_tokens.weight.detach().float().clone()
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    document = {"architectures": ["LlamaForCausalLMEagle3"], **layer_config(target), "draft_vocab_size": len(ids)}
+    if aux_ids is not None:
+        document["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": aux_ids, "use_aux_hidden_state": True}
+    (folder / "config.json").write_text(json.dumps(document, indent=2))
+    return folder

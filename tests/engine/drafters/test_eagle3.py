@@ -1,0 +1,237 @@
+"""EAGLE-3 drafters from checkpoints that test code writes in both published layouts
+(tests/engine/drafters/eagle3_checkpoints.py, which never imports the engine's reader): greedy
+output identical to plain decoding on the transformers runner and on a GGUF file's runner (and
+through ``tandem compare``), the exact sampling law, a cache that follows the accepted context,
+and clear refusals of a drafter made for another model."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from engine.cli import main as cli_main
+from engine.core.events import Finished
+from engine.core.sampler import Sampler
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import plain_decode, speculative_decode
+from engine.drafters import DrafterMismatch
+from engine.drafters.eagle3 import Eagle3Drafter, load_eagle3_drafter
+from engine.models.runners.gguf_runner import GgufRunner
+from engine.models.runners.runner import ModelRunner
+from engine.session.session import Session
+from engine.testing.tiny_gguf import build_model as build_small_init_model
+from engine.testing.tiny_models import build_model, build_tokenizer
+from kernels.sampling import process_logits
+from tests.engine.drafters import eagle3_checkpoints as checkpoints
+from tests.engine.helpers import run_to_end
+from tests.stats_helpers import assert_same_distribution
+
+PROMPTS = ["def add(a, b):\n    return a + b\n", "The quick brown fox jumps over the lazy dog."]
+LAYERS = 4
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def target(tokenizer):
+    """A target whose text repeats itself at times (a small initialisation), so that a drafter
+    repeating the target's own guess is accepted there."""
+    return build_small_init_model("qwen2", len(tokenizer), layers=LAYERS, seed=2)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory, target, tokenizer):
+    """A Speculators checkpoint (full vocabulary, the target's embedding) and an EAGLE authors'
+    one (a reduced vocabulary of every other id, its own embedding)."""
+    root = tmp_path_factory.mktemp("eagle3")
+    reduced = list(range(0, len(tokenizer), 2))
+    return {
+        "speculators": checkpoints.save_speculators(root / "tiny-speculator.eagle3", target, checkpoints.copy_of_target(target),
+                                                    [1, 2, LAYERS]),
+        "eagle-authors": checkpoints.save_eagle_authors(root / "tiny-eagle3", target,
+                                                        checkpoints.copy_of_target(target, seed=1, draft_ids=reduced),
+                                                        [1, 2, LAYERS], draft_ids=reduced),
+    }
+
+
+def ids(tokenizer, text):
+    return tokenizer(text)["input_ids"]
+
+
+def drafter_for(folder, target) -> Eagle3Drafter:
+    return load_eagle3_drafter(folder, target, "tiny-target", ("tiny-target",))
+
+
+@pytest.mark.parametrize("layout", ["speculators", "eagle-authors"])
+def test_both_layouts_load_with_their_vocabulary_maps(folders, target, tokenizer, layout):
+    drafter = drafter_for(folders[layout], target)
+    assert drafter.layers.spec.layout == layout and drafter.aux_layers == (1, 2, LAYERS)
+    ids_drafted = drafter.layers.target_ids(torch.arange(drafter.layers.spec.draft_vocab_size))
+    expected = list(range(len(tokenizer))) if layout == "speculators" else list(range(0, len(tokenizer), 2))
+    assert ids_drafted.tolist() == expected
+    # The Speculators checkpoint ships no embedding: it reads the target's own table.
+    assert (drafter.embed is target.get_input_embeddings()) == (layout == "speculators")
+
+
+@pytest.mark.parametrize("layout", ["speculators", "eagle-authors"])
+def test_greedy_output_is_plain_decodings(folders, target, tokenizer, layout):
+    drafter = drafter_for(folders[layout], target)
+    for text in PROMPTS:
+        prompt = ids(tokenizer, text)
+        plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, DecodeSettings(max_new_tokens=32), set()))
+        for k in (1, 2, 4, None):
+            result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt,
+                                                      DecodeSettings(max_new_tokens=32, draft_length=k), set()))
+            assert isinstance(result, Finished), result
+            assert result.token_ids == plain.token_ids, (layout, text, k)
+            assert result.stats.drafted > 0
+
+
+def test_reduced_vocabulary_drafts_only_its_ids(folders, target, tokenizer):
+    drafter = drafter_for(folders["eagle-authors"], target)
+    runner = ModelRunner(target)
+    drafter.attach_target(runner)
+    prompt = ids(tokenizer, PROMPTS[0])
+    runner.forward(prompt)
+    drafter.prepare(prompt + [5])
+    draft = drafter.propose(prompt + [5], 4, Sampler(DecodeSettings(mode="sample", temperature=1.0), "cpu"))
+    assert all(t % 2 == 0 for t in draft.tokens)
+    assert float(draft.probs[:, 1::2].sum()) == 0.0  # q is zero outside the draft vocabulary
+
+
+class RecheckedEagle3(Eagle3Drafter):
+    """Every proposal must equal that of a fresh drafter fed a fresh prefill of the accepted
+    context (same draws, same q): its cache and kept states follow acceptances and rollbacks."""
+
+    checks = 0
+
+    def propose(self, context, k, sampler):
+        fresh_runner = ModelRunner(self.target.model)
+        fresh = Eagle3Drafter(self.layers, self.aux_layers, self.embed)
+        fresh.attach_target(fresh_runner)
+        fresh_runner.forward(context[:-1])
+        fresh.prepare(context)
+        twin = copy.copy(sampler)  # the same settings and, in a generator of its own, the same draws
+        twin.generator = torch.Generator()
+        twin.generator.set_state(sampler.generator.get_state())
+        expected = fresh.propose(context, k, twin)
+        draft = super().propose(context, k, sampler)
+        assert draft.tokens == expected.tokens, (len(context), draft.tokens, expected.tokens)
+        if draft.probs is not None:
+            torch.testing.assert_close(draft.probs, expected.probs, atol=1e-5, rtol=1e-4)
+        self.checks += 1
+        return draft
+
+
+def test_drafts_follow_the_accepted_context_only(folders, target, tokenizer):
+    base = drafter_for(folders["speculators"], target)
+    drafter = RecheckedEagle3(base.layers, base.aux_layers, base.embed)
+    accepted = drafted = 0
+    for seed in range(3):
+        settings = DecodeSettings(mode="sample", temperature=1.5, top_k=2, max_new_tokens=24, draft_length=3, seed=seed)
+        prompt = ids(tokenizer, PROMPTS[1])
+        result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt, settings, set()))
+        accepted, drafted = accepted + result.stats.accepted, drafted + result.stats.drafted
+    assert drafter.checks >= 12 and 0 < accepted < drafted
+
+
+@pytest.mark.parametrize("layout", ["speculators", "eagle-authors"])
+def test_speculative_sampling_keeps_the_target_distribution(folders, target, tokenizer, layout):
+    """The full-vocabulary drafter is accepted often; the reduced one's q is zero on the odd ids
+    the target's top-2 holds, so its tokens come from the residual draw."""
+    top_k, temperature, n_tokens = 2, 1.5, 4
+    prompt = ids(tokenizer, PROMPTS[0])
+    law = {(): 1.0}
+    for _ in range(n_tokens):
+        nxt = {}
+        for seq, prob in law.items():
+            with torch.inference_mode():
+                p = process_logits(target(torch.tensor([prompt + list(seq)])).logits[0, -1], temperature, top_k)
+            for t in torch.nonzero(p).flatten().tolist():
+                nxt[seq + (t,)] = prob * float(p[t])
+        law = nxt
+    index = {o: i for i, o in enumerate(law)}
+    runner, drafter = ModelRunner(target), drafter_for(folders[layout], target)
+    samples, drafted, accepted, trials = [], 0, 0, 1000
+    for seed in range(trials):
+        settings = DecodeSettings(mode="sample", temperature=temperature, top_k=top_k, max_new_tokens=n_tokens, seed=seed,
+                                  draft_length=2)
+        result, _ = run_to_end(speculative_decode(runner, drafter, tokenizer, prompt, settings, set()))
+        drafted += result.stats.drafted
+        accepted += result.stats.accepted
+        samples.append(index[result.token_ids])
+    assert drafted >= trials and accepted < drafted
+    assert accepted > 0 or layout == "eagle-authors"
+    assert_same_distribution(torch.tensor(samples), torch.tensor(list(law.values())))
+
+
+# -- on a GGUF file's runner, through the session and the CLI -------------------------------------
+
+@pytest.fixture(scope="module")
+def gguf_target(tmp_path_factory, tokenizer):
+    """A Q8_0 file and an EAGLE-3 checkpoint made from the model written to it."""
+    from engine.testing.tiny_gguf import build_model as build_gguf_model
+    from engine.testing.tiny_gguf import write_gguf
+
+    root = tmp_path_factory.mktemp("gguf-eagle3")
+    model = build_gguf_model("qwen2", len(tokenizer), layers=LAYERS, seed=4)
+    path = write_gguf(model, tokenizer, root / "tiny-target-q8_0.gguf", "Q8_0")
+    folder = checkpoints.save_speculators(root / "tiny-target-speculator.eagle3", model, checkpoints.copy_of_target(model),
+                                          None, verifier="someone/tiny-target")
+    return path, folder
+
+
+def test_a_gguf_target_keeps_its_own_runner_and_output(gguf_target):
+    path, folder = gguf_target
+    session = Session.load(path, folder, precision="file")
+    drafter = session.drafter("model")
+    assert isinstance(drafter, Eagle3Drafter)
+    assert drafter.aux_layers == (2, LAYERS // 2, LAYERS - 3)  # EAGLE-3's default ids
+    assert isinstance(session.target_runner(drafter), GgufRunner)
+    prompt = session.encode(PROMPTS[0])
+    for k in (2, None):
+        plain = [e for e in session.plain(prompt, DecodeSettings(max_new_tokens=24)) if isinstance(e, Finished)][0]
+        settings = DecodeSettings(max_new_tokens=24, draft_length=k)
+        spec = [e for e in session.speculative(prompt, settings) if isinstance(e, Finished)][0]
+        assert spec.token_ids == plain.token_ids and spec.stats.drafted > 0
+
+
+def test_cli_compare_with_an_eagle3_drafter(gguf_target, capsys):
+    path, folder = gguf_target
+    code = cli_main(["compare", "--target", str(path), "--drafter-model", str(folder), "--max-new-tokens", "16",
+                     "--draft-length", "3", PROMPTS[1]])
+    out = capsys.readouterr().out
+    assert code == 0 and "outputs: identical" in out, out
+
+
+# -- refusals -----------------------------------------------------------------------------------
+
+def test_a_drafter_for_another_model_is_refused(tmp_path, target, tokenizer):
+    other = build_model(len(tokenizer), hidden=48, layers=LAYERS, seed=3)
+    wide = checkpoints.save_speculators(tmp_path / "wide", other, checkpoints.copy_of_target(other), [1, 2, 3])
+    with pytest.raises(DrafterMismatch, match="hidden size 48; tiny-target has 64"):
+        drafter_for(wide, target)
+    named = checkpoints.save_speculators(tmp_path / "named", target, checkpoints.copy_of_target(target), [1, 2, 3],
+                                         verifier="Qwen/Qwen3-8B")
+    with pytest.raises(DrafterMismatch, match="was made for Qwen/Qwen3-8B, not tiny-target"):
+        drafter_for(named, target)
+    deep = checkpoints.save_speculators(tmp_path / "deep", target, checkpoints.copy_of_target(target), [1, 2, 9])
+    with pytest.raises(DrafterMismatch, match=r"reads target layers \[1, 2, 9\]; tiny-target has layers 0-3"):
+        drafter_for(deep, target)
+
+
+def test_a_checkpoint_missing_a_tensor_is_named(tmp_path, target):
+    from safetensors.torch import load_file, save_file
+
+    folder = checkpoints.save_speculators(tmp_path / "broken", target, checkpoints.copy_of_target(target), [1, 2, 3])
+    tensors = load_file(str(folder / "model.safetensors"))
+    del tensors["layers.0.self_attn.k_proj.weight"]
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(DrafterMismatch, match=r"broken: its weights lack layers\.0\.self_attn\.k_proj\.weight"):
+        drafter_for(folder, target)
