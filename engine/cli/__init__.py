@@ -8,7 +8,7 @@ import argparse
 import logging
 import sys
 
-from engine.cli import bench, download, fidelity, generate, models, remote, serve
+from engine.cli import bench, distill, download, fidelity, generate, models, remote, serve
 from engine.cli import import_model
 from engine.core.settings import InvalidRequest
 from engine.remote.text import printable
@@ -21,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_parsers(sub)
     bench.add_parser(sub)
     fidelity.add_parser(sub)
+    distill.add_parser(sub)
     download.add_parser(sub)
     models.add_parser(sub)
     import_model.add_parser(sub)

@@ -1,0 +1,81 @@
+"""`tandem distill`: train an EAGLE-3 drafter here for a target that has none (engine.distill)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from engine.core.paths import RESOURCES
+
+DEFAULT_PROMPTS = RESOURCES / "prompts" / "distill.jsonl"
+
+
+def default_output(target: Path) -> Path:
+    """Beside the model: ``<file or folder name>-speculator.eagle3``."""
+    target = Path(target)
+    stem = target.stem if target.suffix == ".gguf" else target.name
+    return target.parent / f"{stem}-speculator.eagle3"
+
+
+def run(args) -> int:
+    import torch
+
+    from engine.bench.prompt_sets import read_prompts, select_prompts
+    from engine.cli.common import load_session
+    from engine.core.settings import InvalidRequest
+    from engine.distill.distill import DistillSettings, distill
+
+    if args.minutes <= 0:
+        raise InvalidRequest(f"--minutes must be above 0, not {args.minutes}")
+    if args.reply_tokens < 8:
+        raise InvalidRequest(f"--reply-tokens must be at least 8, not {args.reply_tokens}")
+    texts = tuple(Path(t) for t in args.text or ())
+    missing = [str(t) for t in texts if not t.is_file()]
+    if missing:
+        raise InvalidRequest(f"--text: no such file: {', '.join(missing)}")
+    prompts = select_prompts(read_prompts(Path(args.prompts)), args.category, args.limit)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.drafter_model = None
+    session = load_session(args, need_drafter=False)
+    target_path = Path(args.target) if args.target else Path(session.target.gguf_file.path if session.target.gguf_file else ".")
+    out = Path(args.out) if args.out else default_output(target_path)
+    settings = DistillSettings(minutes=args.minutes, reply_tokens=args.reply_tokens, draft_vocab=args.head_tokens,
+                               inner=args.inner, text_files=texts, text_tokens=args.text_tokens, seed=args.seed)
+    encoded = [session.encode(p["prompt"]) for p in prompts]
+    print(f"distilling an EAGLE-3 drafter for {session.target.name} into {out}: {len(encoded)} prompts"
+          + (f" and {len(texts)} text file(s)" if texts else "") + f", {args.minutes:g} min of training", file=sys.stderr)
+    for event in distill(session.target_runner, session.target.model, session.tokenizer, session.eos_ids, session.target.name,
+                         encoded, out, settings):
+        eta = f", about {event.eta_s / 60:.1f} min left" if event.eta_s is not None else ""
+        if event.phase == "data":
+            print(f"  data  {event.message}{eta}", file=sys.stderr)
+        elif event.phase == "train":
+            held = f"; held-out {event.tokens_per_pass:.3f} tokens a pass" if event.tokens_per_pass is not None else ""
+            print(f"  train {event.done / 60:5.1f} / {event.total / 60:.1f} min  {event.message}{held}{eta}", file=sys.stderr)
+        elif event.phase == "saved":
+            print(f"  saved {event.message}", file=sys.stderr)
+        else:
+            print(event.message)
+    print(f"use it: tandem compare --drafter-model {out} \"your prompt\"")
+    return 0
+
+
+def add_parser(sub) -> None:
+    from engine.cli.common import model_options
+
+    p = sub.add_parser("distill", help="train an EAGLE-3 drafter for the target here (its own replies, your files)")
+    model_options(p)
+    p.add_argument("--out", help="folder for the drafter (default: beside the model, <name>-speculator.eagle3); "
+                                 "a run killed before it ended resumes from there")
+    p.add_argument("--minutes", type=float, default=20.0, help="training time (the data comes first)")
+    p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSONL prompts the target answers for the data")
+    p.add_argument("--category", action="append", help="only prompts of this category (repeatable)")
+    p.add_argument("--limit", type=int, default=0, help="at most this many prompts (0: all)")
+    p.add_argument("--reply-tokens", type=int, default=160, help="tokens of each reply the target writes")
+    p.add_argument("--text", action="append", help="a text or code file read teacher-forced (repeatable)")
+    p.add_argument("--text-tokens", type=int, default=20000, help="at most this many tokens of --text files")
+    p.add_argument("--head-tokens", type=int, default=16384, help="ids the drafter's head keeps (the ones the data uses most)")
+    p.add_argument("--inner", type=int, default=None, help="the drafter MLP's width (default: 2 x hidden size)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
+    p.set_defaults(func=run)

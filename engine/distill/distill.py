@@ -1,0 +1,209 @@
+"""``tandem distill``: an EAGLE-3 drafter trained here for a target that has none.
+
+1. Data: the target's own replies to prompts (and, where given, text files read teacher-forced),
+   one pass each through the target's runner (engine.distill.teacher); kept in the output's
+   ``training/`` folder, so a resumed run does not make them again.
+2. Training (engine.distill.training) for a time budget, a held-out tenth of the texts scored
+   as training goes; the state is saved every few minutes, and a killed run resumes from it.
+3. The best drafter so far (by held-out tokens per pass) is always on disk in the Speculators
+   format (engine.distill.save), beside the record of how it was made: stopping at any time
+   keeps it.
+"""
+from __future__ import annotations
+
+import itertools
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from engine.distill import new_drafter, save, teacher, training
+from engine.distill.teacher import Sample
+
+STATE = "state.pt"
+DATA = "data.pt"
+
+
+@dataclass(frozen=True)
+class DistillSettings:
+    minutes: float = 20.0
+    #: Replies the target writes to the prompts (tokens each).
+    reply_tokens: int = 192
+    #: Draft vocabulary: the ids the data uses most.
+    draft_vocab: int = 16384
+    #: Inner width of the drafter's MLP (None: twice the hidden size, at most the target's).
+    inner: int | None = None
+    #: Draft steps trained together (and the held-out figure's drafts per pass).
+    steps: int = 3
+    learning_rate: float = 1e-3
+    checkpoint_minutes: float = 3.0
+    seed: int = 0
+    text_files: tuple[Path, ...] = field(default_factory=tuple)
+    text_tokens: int = 20000
+    #: Stop after this many training steps too (None: the time budget alone).
+    max_steps: int | None = None
+    #: Target layers the drafter reads (None: EAGLE-3's default for the target's depth).
+    aux_layers: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class DistillEvent:
+    """``phase``: "data" (texts made / to make), "train" (seconds trained / budget), "saved" (a
+    better drafter is on disk), "done"."""
+
+    phase: str
+    done: float
+    total: float
+    message: str
+    eta_s: float | None = None
+    loss: float | None = None
+    tokens_per_pass: float | None = None
+    best_tokens_per_pass: float | None = None
+
+
+def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_ids: set[int], verifier_name: str,
+            prompts: list[list[int]], out: Path, settings: DistillSettings = DistillSettings(),
+            cancel: Callable[[], bool] = lambda: False) -> Iterator[DistillEvent]:
+    out = Path(out)
+    work = out / "training"
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    samples = yield from _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work, settings, cancel)
+    data_s = time.perf_counter() - started
+    if len(samples) < 2:
+        yield DistillEvent("done", 0, 0, "not enough text to train on (need at least two texts)")
+        return
+    rng = random.Random(settings.seed)
+    order = list(range(len(samples)))
+    rng.shuffle(order)
+    held = max(1, len(samples) // 10)
+    heldout = [samples[i] for i in order[:held]]
+    train_set = [samples[i] for i in order[held:]]
+    counts = Counter()
+    for s in train_set:
+        counts.update(s.labels[s.first:].tolist())
+    config = target_model.config
+    spec = new_drafter.spec_for_target(config, verifier_name, settings.draft_vocab, settings.inner, settings.aux_layers)
+    ids = new_drafter.draft_vocabulary(counts, spec.layers.vocab_size, spec.draft_vocab_size)
+    decoder = target_model.get_decoder()
+    layers = new_drafter.new_drafter(spec, ids, target_model.get_output_embeddings(),
+                                     decoder.norm.weight.detach(), seed=settings.seed)
+    embed = target_model.get_input_embeddings()
+    params = training.trainable(layers)
+    optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=0.0)
+    state = {"step": 0, "trained_s": 0.0, "best": None, "tokens": 0}
+    if (work / STATE).is_file():
+        saved = torch.load(work / STATE, map_location="cpu", weights_only=False)
+        layers.load_state_dict(saved["layers"])
+        optimizer.load_state_dict(saved["optimizer"])
+        state = saved["progress"]
+        yield DistillEvent("train", state["trained_s"], settings.minutes * 60,
+                           f"resumed after {state['trained_s'] / 60:.1f} min of training")
+    baseline = training.evaluate(layers, embed, heldout, settings.steps)
+    if state["best"] is None:
+        state["best"] = baseline.tokens_per_pass
+    budget = settings.minutes * 60
+    index = training.draft_index(layers)
+    autocast = _bf16_matmuls()
+    record = {"texts": len(samples), "tokens": sum(len(s) for s in samples), "data_seconds": round(data_s, 1),
+              "heldout_texts": held, "untrained_tokens_per_pass": round(baseline.tokens_per_pass, 3)}
+
+    def finished() -> bool:
+        return state["trained_s"] >= budget or (settings.max_steps is not None and state["step"] >= settings.max_steps)
+
+    def total_steps() -> int:
+        """The schedule's length: the step limit, else what the time budget holds at the pace so far."""
+        if settings.max_steps is not None:
+            return settings.max_steps
+        return max(int(budget / max(_step_estimate(state), 1e-3)), 50)
+
+    def checkpoint():
+        """Score on the held-out texts, save the drafter when it is the best so far, save the state."""
+        scores = training.evaluate(layers, embed, heldout, settings.steps)
+        seen = training.evaluate(layers, embed, train_set[: len(heldout)], settings.steps)
+        yield DistillEvent("train", state["trained_s"], budget,
+                           f"step {state['step']}: training texts {seen.tokens_per_pass:.3f} tokens a pass, loss {seen.loss:.3f}",
+                           max(budget - state["trained_s"], 0.0), scores.loss, scores.tokens_per_pass, state["best"])
+        if scores.tokens_per_pass > state["best"] or not (out / "config.json").is_file():
+            state["best"] = max(scores.tokens_per_pass, state["best"])
+            save.save_speculators(layers, out, {**record, "trained_seconds": round(state["trained_s"], 1), "steps": state["step"],
+                                                "heldout_tokens_per_pass": round(scores.tokens_per_pass, 3)})
+            yield DistillEvent("saved", state["trained_s"], budget, f"held-out {scores.tokens_per_pass:.3f} tokens a pass",
+                               tokens_per_pass=scores.tokens_per_pass, best_tokens_per_pass=state["best"])
+        partial = work / (STATE + ".partial")
+        torch.save({"layers": layers.state_dict(), "optimizer": optimizer.state_dict(), "progress": state}, partial)
+        partial.replace(work / STATE)
+
+    last_checkpoint = time.perf_counter()
+    stopped = False
+    while not finished():
+        if cancel():
+            stopped = True
+            break
+        t0 = time.perf_counter()
+        sample = train_set[state["step"] % len(train_set)]
+        for group in optimizer.param_groups:
+            group["lr"] = training.learning_rate(state["step"], total_steps(), settings.learning_rate)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss, _, _ = training.unrolled(layers, embed, sample, index, settings.steps)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        state["step"] += 1
+        state["tokens"] += len(sample)
+        state["trained_s"] += time.perf_counter() - t0
+        if state["step"] % len(train_set) == 0 or time.perf_counter() - last_checkpoint > settings.checkpoint_minutes * 60:
+            yield from checkpoint()
+            last_checkpoint = time.perf_counter()
+    if stopped or state["step"] % len(train_set):
+        yield from checkpoint()  # stopped, or ended between two scorings: keep what it reached
+    how = "stopped" if stopped else "done"
+    yield DistillEvent("done", state["trained_s"], budget, f"{how}: best held-out {state['best']:.3f} tokens a pass (untrained "
+                       f"{baseline.tokens_per_pass:.3f}); saved in {out}", best_tokens_per_pass=state["best"])
+
+
+def _step_estimate(state: dict) -> float:
+    return state["trained_s"] / state["step"] if state["step"] else 1.0
+
+
+def _bf16_matmuls() -> bool:
+    """Train in bf16 where the CPU multiplies bf16 natively (AMX, AVX-512 BF16); fp32 elsewhere,
+    where bf16 matmuls are emulated and slower than fp32 ones."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "amx_bf16" in flags or "avx512_bf16" in flags
+
+
+def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path, settings: DistillSettings, cancel):
+    """The teacher's samples: read from ``work`` when an earlier run made them."""
+    path = work / DATA
+    if path.is_file():
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+        samples = [Sample(**s) for s in saved]
+        yield DistillEvent("data", len(samples), len(samples), f"{len(samples)} texts from an earlier run")
+        return samples
+    layers = target_model.config.get_text_config().num_hidden_layers
+    from engine.models.planning.speculators_config import default_aux_layers
+
+    aux = settings.aux_layers or default_aux_layers(layers)
+    texts = list(teacher.text_windows(settings.text_files, tokenizer, limit_tokens=settings.text_tokens))
+    total = len(prompts) + len(texts)
+    samples: list[Sample] = []
+    started = time.perf_counter()
+    replies = teacher.own_replies(runner_factory, prompts, tokenizer, eos_ids, settings.reply_tokens, cancel)
+    for tokens, first in itertools.chain(replies, texts):
+        if cancel():
+            break
+        samples.append(teacher.teach(runner_factory(), tokens, aux, first))
+        done = len(samples)
+        elapsed = time.perf_counter() - started
+        yield DistillEvent("data", done, total, f"{done} of {total} texts", eta_s=elapsed / done * (total - done))
+    torch.save([{"aux": s.aux, "tokens": s.tokens, "labels": s.labels, "first": s.first} for s in samples], path)
+    return samples

@@ -1,0 +1,170 @@
+"""``tandem distill`` on tiny models: the training forward drafts exactly as the drafter will,
+a short training raises held-out acceptance above the untrained layer's, a stopped run keeps
+its best drafter and resumes where it stopped, and the saved drafter (Speculators format) gives
+plain decoding's output through ``tandem compare``."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from engine.cli import main as cli_main
+from engine.core.settings import DecodeSettings
+from engine.decode.decoding import speculative_decode
+from engine.distill import new_drafter, teacher, training
+from engine.distill.distill import DistillSettings, distill
+from engine.drafters.eagle3 import Eagle3Drafter, load_eagle3_drafter
+from engine.models.runners.runner import ModelRunner
+from engine.testing.tiny_models import build_tokenizer
+from tests.engine.helpers import run_to_end
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+AUX = (0, 1, 2)
+WORDS = ["def", "add", "return", "print", "for", "range", "quick", "brown", "fox", "lazy", "dog", "class", "self", "import"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def target(tokenizer):
+    """A target whose next token depends on its current one alone (its layers add nothing to
+    the embedding): what it does can be learnt from a few texts and holds on others, as a real
+    model's habits do; a random model's choices depend chaotically on the whole context."""
+    from engine.testing.tiny_gguf import build_model as build_small_init_model
+
+    model = build_small_init_model("qwen2", len(tokenizer), layers=2, seed=4)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return model
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    import random
+
+    rng = random.Random(0)
+    return [tokenizer(" ".join(rng.choice(WORDS) for _ in range(6)))["input_ids"] for _ in range(24)]
+
+
+def test_training_sees_what_the_drafter_drafts(tokenizer):
+    """The unrolled training forward's logits at position j and step s equal the drafter's own
+    at its s-th draft after the context up to j + 1 (the text's tokens drafted)."""
+    from engine.testing.tiny_models import build_model
+
+    target = build_model(len(tokenizer), hidden=32, layers=2, seed=2)
+    spec = new_drafter.spec_for_target(target.config, "tiny", 300, None, AUX)
+    layers = new_drafter.new_drafter(spec, list(range(300)), target.lm_head, target.model.norm.weight.detach(), seed=1)
+    with torch.no_grad():  # make the layer's attention and MLP matter
+        layers.layers[0].self_attn.o_proj.weight.mul_(10)
+        layers.layers[0].mlp.down_proj.weight.mul_(10)
+    tokens = tokenizer("def add(a, b):\n    return a + b\nfor i in range(10): print(i)")["input_ids"]
+    runner = ModelRunner(target)
+    runner.aux_layers = AUX
+    labels = runner.forward(tokens, n_logits=len(tokens)).argmax(-1)
+    sample = teacher.Sample(runner.aux.float(), torch.tensor(tokens), labels)  # fp32 states, as the drafter reads them
+    seen = []
+    head = layers.lm_head.forward
+    layers.lm_head.forward = lambda x: seen.append(head(x).detach()) or seen[-1]
+    with torch.no_grad():
+        training.unrolled(layers, target.get_input_embeddings(), sample, training.draft_index(layers), 3)
+    del layers.lm_head.forward
+
+    class TextTokens:  # a "sampler" that drafts the text's own next tokens
+        greedy = True
+
+        def __init__(self, start):
+            self.next = start
+
+        def choose(self, logits):
+            drafted.append(logits)
+            self.next += 1
+            return tokens[self.next - 1], None
+
+    for j in (3, 8, 14):
+        drafter = Eagle3Drafter(layers, AUX, target.get_input_embeddings())
+        runner = ModelRunner(target)
+        drafter.attach_target(runner)
+        context = tokens[: j + 2]
+        runner.forward(context[:-1])
+        drafter.prepare(context)
+        drafted = []
+        drafter.propose(context, 3, TextTokens(j + 2))
+        for step in range(3):
+            full = seen[step][j]
+            mine = drafted[step][drafter._target_ids]
+            torch.testing.assert_close(mine, full, atol=1e-4, rtol=1e-4)
+
+
+def run_distill(target, tokenizer, prompts, out, **overrides):
+    settings = DistillSettings(**{"minutes": 60.0, "reply_tokens": 24, "draft_vocab": 300, "steps": 3,
+                                  "checkpoint_minutes": 60.0, "max_steps": 200, "aux_layers": AUX, **overrides})
+    return list(distill(lambda: ModelRunner(target), target, tokenizer, set(), "tiny-target", prompts, out, settings))
+
+
+def test_a_short_training_raises_held_out_acceptance(target, tokenizer, prompts, tmp_path):
+    events = run_distill(target, tokenizer, prompts, tmp_path / "drafter")
+    record = json.loads((tmp_path / "drafter" / "config.json").read_text())["tandem_training"]
+    assert record["heldout_tokens_per_pass"] > record["untrained_tokens_per_pass"] + 1.0, record
+    assert [e.phase for e in events if e.phase == "data"] and events[-1].phase == "done"
+    # The data's progress counts every text; training reports its held-out figure as it goes.
+    assert max(e.done for e in events if e.phase == "data") == len(prompts)
+    assert any(e.tokens_per_pass is not None for e in events if e.phase == "train")
+    # What was saved drafts for the target: greedy output identical, and it is accepted.
+    drafter = load_eagle3_drafter(tmp_path / "drafter", target, "tiny-target", ("tiny-target",))
+    from engine.decode.decoding import plain_decode
+
+    accepted = drafted = 0
+    for prompt in prompts[-4:]:
+        plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, DecodeSettings(max_new_tokens=24), set()))
+        spec, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt,
+                                                DecodeSettings(max_new_tokens=24, draft_length=3), set()))
+        assert spec.token_ids == plain.token_ids
+        accepted, drafted = accepted + spec.stats.accepted, drafted + spec.stats.drafted
+    assert accepted > drafted / 2
+
+
+def test_a_stopped_run_keeps_its_best_and_resumes(target, tokenizer, prompts, tmp_path):
+    out = tmp_path / "drafter"
+    state = {"calls": 0}
+
+    def stop_after_a_while():
+        """Stop some steps into training (once the data is on disk)."""
+        if (out / "training" / "data.pt").is_file():
+            state["calls"] += 1
+        return state["calls"] > 40
+
+    settings = DistillSettings(minutes=60.0, reply_tokens=24, draft_vocab=300, max_steps=300, aux_layers=AUX,
+                               checkpoint_minutes=60.0)
+    first = list(distill(lambda: ModelRunner(target), target, tokenizer, set(), "tiny-target", prompts, out, settings,
+                         cancel=stop_after_a_while))
+    assert (out / "config.json").is_file() and (out / "training" / "state.pt").is_file()
+    stopped_at = torch.load(out / "training" / "state.pt", weights_only=False)["progress"]["step"]
+    assert 0 < stopped_at < 300
+    second = list(distill(lambda: ModelRunner(target), target, tokenizer, set(), "tiny-target", prompts, out, settings))
+    assert any("from an earlier run" in e.message for e in second)  # the data is not made again
+    assert any(e.message.startswith("resumed after") for e in second)
+    assert torch.load(out / "training" / "state.pt", weights_only=False)["progress"]["step"] == 300
+    assert first[-1].phase == second[-1].phase == "done"
+
+
+@pytest.mark.slow
+def test_cli_distill_then_compare(tmp_path, tokenizer, capsys):
+    from engine.testing.tiny_gguf import build_model as build_gguf_model
+    from engine.testing.tiny_gguf import write_gguf
+
+    path = write_gguf(build_gguf_model("qwen2", len(tokenizer), layers=4, seed=4), tokenizer, tmp_path / "tiny-q8_0.gguf", "Q8_0")
+    code = cli_main(["distill", "--target", str(path), "--limit", "12", "--reply-tokens", "24", "--head-tokens", "300",
+                     "--minutes", "0.05"])
+    assert code == 0
+    out = tmp_path / "tiny-q8_0-speculator.eagle3"
+    assert (out / "config.json").is_file()
+    capsys.readouterr()
+    code = cli_main(["compare", "--target", str(path), "--drafter-model", str(out), "--max-new-tokens", "16", "def add(a, b):"])
+    assert code == 0 and "outputs: identical" in capsys.readouterr().out
