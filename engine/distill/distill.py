@@ -23,6 +23,7 @@ import torch
 
 from engine.distill import new_drafter, save, teacher, training
 from engine.distill.teacher import Sample
+from engine.models.planning.speculators_config import default_aux_layers
 
 STATE = "state.pt"
 DATA = "data.pt"
@@ -189,21 +190,20 @@ def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path,
         samples = [Sample(**s) for s in saved]
         yield DistillEvent("data", len(samples), len(samples), f"{len(samples)} texts from an earlier run")
         return samples
-    layers = target_model.config.get_text_config().num_hidden_layers
-    from engine.models.planning.speculators_config import default_aux_layers
-
-    aux = settings.aux_layers or default_aux_layers(layers)
+    aux = settings.aux_layers or default_aux_layers(target_model.config.get_text_config().num_hidden_layers)
     texts = list(teacher.text_windows(settings.text_files, tokenizer, limit_tokens=settings.text_tokens))
     total = len(prompts) + len(texts)
     samples: list[Sample] = []
-    started = time.perf_counter()
     replies = teacher.own_replies(runner_factory, prompts, tokenizer, eos_ids, settings.reply_tokens, cancel)
-    for tokens, first in itertools.chain(replies, texts):
-        if cancel():
-            break
-        samples.append(teacher.teach(runner_factory(), tokens, aux, first))
-        done = len(samples)
-        elapsed = time.perf_counter() - started
-        yield DistillEvent("data", done, total, f"{done} of {total} texts", eta_s=elapsed / done * (total - done))
-    torch.save([{"aux": s.aux, "tokens": s.tokens, "labels": s.labels, "first": s.first} for s in samples], path)
+    # Two kinds of work at two paces: a reply is written a token a pass, a text read in chunks.
+    for kind, source, count in (("reply", replies, len(prompts)), ("text", iter(texts), len(texts))):
+        started = time.perf_counter()
+        for n, (tokens, first) in enumerate(source, 1):
+            if cancel():
+                break
+            samples.append(teacher.teach(runner_factory(), tokens, aux, first))
+            pace = (time.perf_counter() - started) / n
+            yield DistillEvent("data", len(samples), total, f"{kind} {n} of {count}", eta_s=pace * (count - n))
+    if not cancel():  # a stopped run's texts are not all there: the next one makes them anew
+        torch.save([{"aux": s.aux, "tokens": s.tokens, "labels": s.labels, "first": s.first} for s in samples], path)
     return samples
