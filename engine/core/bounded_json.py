@@ -13,8 +13,7 @@ registry, the header cache) are read through here, so that none of them can:
   RecursionError, not ValueError. The nesting is counted first, outside strings.
 
 Every refusal is ``JSONFileError``, a ValueError whose message is one line naming the file and
-the reason. (app.store.json_files is the app's own copy of this pattern; the engine never imports
-the app.)
+the reason. The app reads its own files through here too (app.store.json_files).
 """
 from __future__ import annotations
 
