@@ -26,3 +26,21 @@ def assert_same_distribution(samples: torch.Tensor, probs: torch.Tensor) -> None
     stat = float(((obs - exp) ** 2 / exp).sum())
     dof = max(1, int(keep.sum()) - 1)
     assert stat < chi2_critical(dof), f"chi2={stat:.1f} > {chi2_critical(dof):.1f} (dof={dof})"
+
+
+def exact_law(target, prompt: list[int], n_tokens: int, temperature: float, top_k: int) -> dict[tuple[int, ...], float]:
+    """{(t1, .., tn): probability} of the target's next ``n_tokens`` under sampling at
+    ``temperature`` with ``top_k``, computed exactly (every branch), for the chi-square tests."""
+    from kernels.sampling import process_logits
+
+    law = {(): 1.0}
+    for _ in range(n_tokens):
+        nxt = {}
+        for seq, prob in law.items():
+            with torch.inference_mode():
+                logits = target(torch.tensor([prompt + list(seq)])).logits[0, -1]
+            p = process_logits(logits, temperature, top_k)
+            for t in torch.nonzero(p).flatten().tolist():
+                nxt[seq + (t,)] = prob * float(p[t])
+        law = nxt
+    return law

@@ -18,6 +18,7 @@ import torch
 from engine.core.sampler import Sampler
 from engine.drafters.base import Draft, DrafterBase, DrafterMismatch
 from engine.drafters.eagle3_layers import Eagle3Layers, load_eagle3_layers
+from engine.drafters.kept_states import KeptStates
 from engine.models.planning.speculators_config import SpeculatorError, SpeculatorSpec, check_belongs_to, read_speculator
 from engine.models.runners.interface import Runner
 
@@ -44,8 +45,7 @@ class Eagle3Drafter(DrafterBase):
     def reset(self) -> None:
         self.caches = self.layers.new_caches()
         self.length = 0  # target positions j whose entry (states at j, x_{j+1}) is cached
-        self._pending: list[torch.Tensor] = []  # [n, 3H] states for positions length .. kept - 1
-        self._kept = 0
+        self._states = KeptStates()  # [n, 3H] for positions length .. kept - 1
         self.catch_up_s = 0.0
 
     def prepare(self, prompt: list[int]) -> None:
@@ -57,26 +57,18 @@ class Eagle3Drafter(DrafterBase):
         self._keep(valid_length)
 
     def _keep(self, upto: int) -> None:
-        target = self.target
-        if upto <= self._kept:
-            return
-        start = self._kept - target.aux_start
-        if target.aux is None or start < 0:
-            raise RuntimeError(f"the target pass did not keep the drafter's states from position {self._kept}")
-        self._pending.append(target.aux[start : upto - target.aux_start])
-        self._kept = upto
+        self._states.keep(self.target.aux, self.target.aux_start, upto, "the drafter's layer states")
 
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0:
             return Draft(())
         seen = self.target.length  # = len(context) - 1: positions 0 .. seen-1 have states
-        if seen != len(context) - 1 or self._kept != seen:
-            raise RuntimeError(f"EAGLE-3 drafter out of step: target holds {seen}, kept {self._kept}")
+        if seen != len(context) - 1 or self._states.kept != seen:
+            raise RuntimeError(f"EAGLE-3 drafter out of step: target holds {seen}, kept {self._states.kept}")
         started = time.perf_counter()
         # 1. The real entries: positions length .. seen-1 with their accepted next tokens.
-        aux = torch.cat(self._pending, dim=0).float()
-        self._pending = []
+        aux = self._states.take().float()
         tokens = torch.tensor(context[self.length + 1 : seen + 1], dtype=torch.long)
         logits, out = self.layers.step(self.layers.combine(aux), self._embed(tokens), self.caches, self.length)
         # More than a pass's worth of entries: the target ran while speculation was off.

@@ -28,6 +28,7 @@ import torch
 
 from engine.core.sampler import Sampler
 from engine.drafters.base import Draft, DrafterBase
+from engine.drafters.kept_states import KeptStates
 from engine.models.runners.runner import ModelRunner
 
 log = logging.getLogger(__name__)
@@ -121,8 +122,7 @@ class MtpLayersDrafter(DrafterBase):
         self.cache = MtpCache(config=self.mtp.config)
         self.cache.activate_past_recording()  # sliding MTP layers must be able to roll back too
         self.length = 0  # target positions j whose entry (h_j, x_{j+1}) is cached
-        self._hidden: list[torch.Tensor] = []  # [n, H] chunks for positions length .. kept - 1
-        self._kept = 0
+        self._hidden = KeptStates()  # [n, H] for positions length .. kept - 1
 
     def prepare(self, prompt: list[int]) -> None:
         # ``prompt`` ends with the first chosen token; the target's prefill computed the rest.
@@ -133,25 +133,17 @@ class MtpLayersDrafter(DrafterBase):
         self._keep_hidden(valid_length)
 
     def _keep_hidden(self, upto: int) -> None:
-        target = self.target
-        if upto <= self._kept:
-            return
-        start = self._kept - target.hidden_start
-        if target.hidden is None or start < 0:
-            raise RuntimeError(f"the target pass did not keep hidden states from position {self._kept}")
-        self._hidden.append(target.hidden[start : upto - target.hidden_start])
-        self._kept = upto
+        self._hidden.keep(self.target.hidden, self.target.hidden_start, upto, "hidden states")
 
     @torch.inference_mode()
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0:
             return Draft(())
         seen = self.target.length  # = len(context) - 1: positions 0 .. seen-1 have hidden states
-        if seen != len(context) - 1 or self._kept != seen:
-            raise RuntimeError(f"MTP drafter out of step: target holds {seen}, kept {self._kept}")
+        if seen != len(context) - 1 or self._hidden.kept != seen:
+            raise RuntimeError(f"MTP drafter out of step: target holds {seen}, kept {self._hidden.kept}")
         # 1. The real entries: positions length .. seen-1 with their accepted next tokens.
-        hidden = torch.cat(self._hidden, dim=0).unsqueeze(0).to(self.device)
-        self._hidden = []
+        hidden = self._hidden.take().unsqueeze(0).to(self.device)
         tokens = context[self.length + 1 : seen + 1]
         out = self._step(tokens, hidden, first_position=self.length + 1)
         self.length = seen

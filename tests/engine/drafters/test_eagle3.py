@@ -22,10 +22,9 @@ from engine.models.runners.runner import ModelRunner
 from engine.session.session import Session
 from engine.testing.tiny_gguf import build_model as build_small_init_model
 from engine.testing.tiny_models import build_model, build_tokenizer
-from kernels.sampling import process_logits
 from tests.engine.drafters import eagle3_checkpoints as checkpoints
 from tests.engine.helpers import run_to_end
-from tests.stats_helpers import assert_same_distribution
+from tests.stats_helpers import assert_same_distribution, exact_law
 
 PROMPTS = ["def add(a, b):\n    return a + b\n", "The quick brown fox jumps over the lazy dog."]
 LAYERS = 4
@@ -147,15 +146,7 @@ def test_speculative_sampling_keeps_the_target_distribution(folders, target, tok
     the target's top-2 holds, so its tokens come from the residual draw."""
     top_k, temperature, n_tokens = 2, 1.5, 4
     prompt = ids(tokenizer, PROMPTS[0])
-    law = {(): 1.0}
-    for _ in range(n_tokens):
-        nxt = {}
-        for seq, prob in law.items():
-            with torch.inference_mode():
-                p = process_logits(target(torch.tensor([prompt + list(seq)])).logits[0, -1], temperature, top_k)
-            for t in torch.nonzero(p).flatten().tolist():
-                nxt[seq + (t,)] = prob * float(p[t])
-        law = nxt
+    law = exact_law(target, prompt, n_tokens, temperature, top_k)
     index = {o: i for i, o in enumerate(law)}
     runner, drafter = ModelRunner(target), drafter_for(folders[layout], target)
     samples, drafted, accepted, trials = [], 0, 0, 1000

@@ -19,7 +19,7 @@ from engine.drafters.assistant_fit import check_assistant_fits
 from engine.models.runners.runner import ModelRunner
 from engine.testing.tiny_gemma4 import assistant_config, build_gemma4_assistant, build_gemma4_target, padded_vocab
 from engine.testing.tiny_models import build_tokenizer
-from kernels.sampling import process_logits
+from tests import stats_helpers
 from tests.engine.helpers import run_to_end
 from tests.stats_helpers import assert_same_distribution
 
@@ -209,17 +209,7 @@ TOP_K, TEMPERATURE, N_TOKENS = 2, 1.5, 4
 
 def exact_law(target, prompt):
     """{(t1..t4): probability} under the target with the test's sampling settings."""
-    law = {(): 1.0}
-    for _ in range(N_TOKENS):
-        nxt = {}
-        for seq, prob in law.items():
-            with torch.inference_mode():
-                logits = target(torch.tensor([prompt + list(seq)])).logits[0, -1]
-            p = process_logits(logits, TEMPERATURE, TOP_K)
-            for t in torch.nonzero(p).flatten().tolist():
-                nxt[seq + (t,)] = prob * float(p[t])
-        law = nxt
-    return law
+    return stats_helpers.exact_law(target, prompt, N_TOKENS, TEMPERATURE, TOP_K)
 
 
 def test_speculative_sampling_with_the_assistant_keeps_the_target_distribution(tokenizer, pairs):

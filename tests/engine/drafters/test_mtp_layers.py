@@ -14,9 +14,8 @@ from engine.models.loading.loader import load_model
 from engine.models.runners.runner import ModelRunner
 from engine.testing.tiny_models import build_tokenizer
 from engine.testing.tiny_mtp import save_tiny_mtp_model
-from kernels.sampling import process_logits
 from tests.engine.helpers import run_to_end
-from tests.stats_helpers import assert_same_distribution
+from tests.stats_helpers import assert_same_distribution, exact_law
 
 PROMPTS = ["def add(a, b):\n    return a + b\n", "The quick brown fox jumps over the lazy dog."]
 NEW = 24
@@ -172,15 +171,7 @@ def test_speculative_sampling_with_mtp_keeps_the_target_distribution(tokenizer, 
     top_k, temperature, n_tokens = 2, 1.5, 4
     target, mtp = loaded
     prompt = ids(tokenizer, PROMPTS[0])
-    law = {(): 1.0}
-    for _ in range(n_tokens):
-        nxt = {}
-        for seq, prob in law.items():
-            with torch.inference_mode():
-                p = process_logits(target(torch.tensor([prompt + list(seq)])).logits[0, -1], temperature, top_k)
-            for t in torch.nonzero(p).flatten().tolist():
-                nxt[seq + (t,)] = prob * float(p[t])
-        law = nxt
+    law = exact_law(target, prompt, n_tokens, temperature, top_k)
     index = {o: i for i, o in enumerate(law)}
     runner, drafter = ModelRunner(target), MtpLayersDrafter(mtp)
     samples, drafted, accepted, trials = [], 0, 0, 1000

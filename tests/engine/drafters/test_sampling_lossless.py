@@ -21,7 +21,7 @@ from engine.drafters.reduced_head import ReducedHead
 from engine.models.runners.runner import ModelRunner
 from engine.quant.quantize import to_int8_drafter
 from engine.testing.tiny_models import build_model, build_tokenizer, perturbed_copy
-from kernels.sampling import process_logits
+from tests import stats_helpers
 from tests.stats_helpers import assert_same_distribution
 
 TOP_K, TEMPERATURE, N_TOKENS = 3, 1.3, 4
@@ -37,17 +37,7 @@ def setup():
 
 def exact_law(target, prompt):
     """{(t1, t2, t3): probability} under the target with the test's sampling settings."""
-    law = {(): 1.0}
-    for _ in range(N_TOKENS):
-        nxt = {}
-        for seq, prob in law.items():
-            with torch.no_grad():
-                logits = target(torch.tensor([prompt + list(seq)])).logits[0, -1]
-            p = process_logits(logits, TEMPERATURE, TOP_K)
-            for t in torch.nonzero(p).flatten().tolist():
-                nxt[seq + (t,)] = prob * float(p[t])
-        law = nxt
-    return law
+    return stats_helpers.exact_law(target, prompt, N_TOKENS, TEMPERATURE, TOP_K)
 
 
 def pruned_drafter(target, prompt, int8):
