@@ -95,14 +95,6 @@ class Eagle3Drafter(DrafterBase):
         return full
 
 
-def is_eagle3_folder(path: Path | str) -> bool:
-    from engine.models.planning.local_config import read_config
-    from engine.models.planning.speculators_config import is_speculator_config
-
-    folder = Path(path)
-    return folder.is_dir() and is_speculator_config(read_config(folder) if (folder / "config.json").is_file() else None)
-
-
 def load_eagle3_drafter(folder: Path, target_model, target_name: str, target_names: tuple[str, ...] = (),
                         quantize: bool = False) -> Eagle3Drafter:
     """An EAGLE-3 drafter for ``target_model`` from a checkpoint folder; DrafterMismatch (the

@@ -16,8 +16,8 @@ from engine.core.threads import ThreadPolicy
 from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
 from engine.drafters import Drafter, DrafterMismatch, DraftModelDrafter, Gemma4AssistantDrafter, PromptLookupDrafter
 from engine.drafters.assistant_fit import check_assistant_fits, is_assistant_config
-from engine.drafters.eagle3 import Eagle3Drafter, is_eagle3_folder, load_eagle3_drafter
 from engine.drafters.lookup_first import LookupFirstDrafter
+from engine.drafters.made_for_target import MADE_FOR_TARGET, is_made_for_target_folder, load_made_for_target
 from engine.drafters.mtp_layers import MtpLayersDrafter, inspect_mtp, load_mtp_layers
 from engine.drafters.reduced_head import ReducedHead
 from engine.gguf import is_gguf
@@ -59,9 +59,9 @@ def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | N
 
 class Session:
     def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None, drafter_options: DrafterOptions | None = None,
-                 made_for_target: Eagle3Drafter | None = None) -> None:
-        """``made_for_target``: a drafter that reads the target's own states (EAGLE-3), in place
-        of a draft model."""
+                 made_for_target: Drafter | None = None) -> None:
+        """``made_for_target``: a drafter that reads the target's own states (EAGLE-3, DFlash), in
+        place of a draft model."""
         # Chat templates render with limits, a refusal naming the model; the target last, so a
         # tokenizer the two share names the target, whose template renders the prompts.
         for loaded in (drafter, target):
@@ -115,8 +115,8 @@ class Session:
         # Both folders' files first: a missing tokenizer or a truncated weight file is named in
         # milliseconds, not after the other model's load (or as a "drafter mismatch").
         for path in (target_path, drafter_path):
-            if path and path == drafter_path and is_eagle3_folder(path):
-                continue  # an EAGLE-3 folder ships no tokenizer: its loader checks its files
+            if path and path == drafter_path and is_made_for_target_folder(path):
+                continue  # such a drafter ships no tokenizer: its loader checks its files
             if path and not Path(path).is_file():  # a folder (a .gguf file is checked by its loader)
                 check_model_folder(Path(path), with_tokenizer=path == target_path or not is_assistant_config(read_config(path)))
         dev = pick_device(device)
@@ -125,10 +125,10 @@ class Session:
                        weights=weights_name(precision, dev))
         target = load_model(target_path, precision, str(dev), check_memory=False)
         drafter = None
-        if drafter_path and is_eagle3_folder(drafter_path):
+        if drafter_path and is_made_for_target_folder(drafter_path):
             names = (target.name, str(getattr(target.model.config, "_name_or_path", "") or ""))
-            made = load_eagle3_drafter(Path(drafter_path), target.model, target.name, names,
-                                       quantize=options.precision in ("auto", "int8", "int4") and dev.type == "cpu")
+            made = load_made_for_target(Path(drafter_path), target.model, target.name, names,
+                                        quantize=options.precision in ("auto", "int8", "int4") and dev.type == "cpu")
             return cls(target, None, options, made_for_target=made)
         if drafter_path and not is_gguf(drafter_path) and is_assistant_config(read_config(drafter_path)):
             from transformers import AutoConfig
@@ -221,8 +221,8 @@ class Session:
 
         model = self.target.model
         reads_target = drafter is not None and drafter.attach_target is not None
-        # An EAGLE-3 drafter reads only the inputs of a few layers, which GgufRunner keeps too.
-        reads_modules = reads_target and not isinstance(drafter, Eagle3Drafter)
+        # EAGLE-3 and DFlash read only the inputs of a few layers, which GgufRunner keeps too.
+        reads_modules = reads_target and not isinstance(drafter, MADE_FOR_TARGET)
         if self.target.weights in ("int8", "int4") and not reads_target and fused_runner.worth_using(model):
             return fused_runner.FusedRunner(model)
         if self.target.weights == "file" and not reads_modules and gguf_runner.worth_using(model):

@@ -86,12 +86,22 @@ class SpeculatorSpec:
         """The target layer ids this drafter reads on a target of ``target_layers`` layers."""
         if self.aux_layer_ids is not None:
             return self.aux_layer_ids
+        if self.algorithm == "dflash":
+            return default_dflash_layers(target_layers, self.layers.num_layers)
         return default_aux_layers(target_layers)
 
 
 def default_aux_layers(target_layers: int) -> tuple[int, ...]:
     """EAGLE-3's low, middle and high layers: [2, L // 2, L - 3]."""
     return (2, target_layers // 2, target_layers - 3)
+
+
+def default_dflash_layers(target_layers: int, draft_layers: int) -> tuple[int, ...]:
+    """DFlash's default: one target layer per draft layer, spread evenly over 1 .. L - 3."""
+    if draft_layers == 1:
+        return (target_layers // 2,)
+    span = target_layers - 4
+    return tuple(int(round(1 + i * span / (draft_layers - 1))) for i in range(draft_layers))
 
 
 def is_speculator_config(config: dict | None) -> bool:
@@ -270,8 +280,10 @@ def check_belongs_to(spec: SpeculatorSpec, target_config: dict, target_name: str
     ids = spec.aux_layers_for(layers)
     if spec.algorithm == "eagle3" and len(ids) != 3:
         raise SpeculatorError(f"{drafter_name}: an EAGLE-3 drafter reads three target layers, its config names {list(ids)}")
-    # Id L is the last layer's output (before the final norm), as vLLM counts.
-    bad = [i for i in ids if not 0 <= i <= layers]
+    # EAGLE-3's id L is the last layer's output (before the final norm), as vLLM counts; DFlash's
+    # ids count layer outputs, so they stop at L - 1.
+    top = layers if spec.algorithm == "eagle3" else layers - 1
+    bad = [i for i in ids if not 0 <= i <= top]
     if bad:
         raise SpeculatorError(f"{drafter_name} reads target layers {list(ids)}; {target_name} has layers 0-{layers - 1}")
     return ids

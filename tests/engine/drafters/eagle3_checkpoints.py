@@ -130,3 +130,68 @@ def save_eagle_authors(folder: Path, target, weights: dict[str, torch.Tensor], a
         document["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": aux_ids, "use_aux_hidden_state": True}
     (folder / "config.json").write_text(json.dumps(document, indent=2))
     return folder
+
+
+# -- DFlash ---------------------------------------------------------------------------------------
+
+def dflash_weights(target, layers: int, n_ids: int, seed: int, vocab: int | None = None, scale: float = 0.3) -> dict[str, torch.Tensor]:
+    """Random Qwen3-style block layers reading ``n_ids`` target layers; with ``vocab``, a head of
+    its own over that many ids."""
+    g = torch.Generator().manual_seed(seed)
+    H = target.config.hidden_size
+    heads, kv, D, inner = 4, 2, H // 4, 2 * H
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=g) * scale / shape[-1] ** 0.5 * 4
+
+    weights = {"fc.weight": rand(H, n_ids * H), "hidden_norm.weight": torch.ones(H), "norm.weight": torch.ones(H)}
+    for i in range(layers):
+        p = f"layers.{i}."
+        weights.update({
+            p + "self_attn.q_proj.weight": rand(heads * D, H), p + "self_attn.k_proj.weight": rand(kv * D, H),
+            p + "self_attn.v_proj.weight": rand(kv * D, H), p + "self_attn.o_proj.weight": rand(H, heads * D),
+            p + "self_attn.q_norm.weight": torch.ones(D), p + "self_attn.k_norm.weight": torch.ones(D),
+            p + "mlp.gate_proj.weight": rand(inner, H), p + "mlp.up_proj.weight": rand(inner, H),
+            p + "mlp.down_proj.weight": rand(H, inner),
+            p + "input_layernorm.weight": torch.ones(H), p + "post_attention_layernorm.weight": torch.ones(H),
+        })
+    if vocab is not None:
+        weights["lm_head.weight"] = rand(vocab, H)
+    return weights
+
+
+def _dflash_layer_config(target, layers: int) -> dict:
+    return {**layer_config(target), "model_type": "qwen3", "num_hidden_layers": layers, "layer_types": ["full_attention"] * layers}
+
+
+def save_dflash_authors(folder: Path, target, layer_ids: list[int], mask_token_id: int, block_size: int = 8,
+                        layers: int = 2, seed: int = 0) -> Path:
+    """z-lab's layout: a flat Qwen3 config (DFlashDraftModel), ``dflash_config`` with the mask
+    token and the target layers (counted as layer outputs), no head and no embedding."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(dflash_weights(target, layers, len(layer_ids), seed), str(folder / "model.safetensors"))
+    document = {"architectures": ["DFlashDraftModel"], **_dflash_layer_config(target, layers), "block_size": block_size,
+                "num_target_layers": target.config.num_hidden_layers,
+                "dflash_config": {"mask_token_id": mask_token_id, "target_layer_ids": layer_ids}}
+    (folder / "config.json").write_text(json.dumps(document, indent=2))
+    return folder
+
+
+def save_dflash_speculators(folder: Path, target, layer_ids: list[int], mask_token_id: int, draft_ids: list[int],
+                            block_size: int = 8, layers: int = 1, seed: int = 0, verifier: str = "tiny-target") -> Path:
+    """The Speculators layout of a DFlash drafter with a reduced head of its own (d2t / t2d)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = dflash_weights(target, layers, len(layer_ids), seed, vocab=len(draft_ids))
+    tensors.update(vocabulary_maps(draft_ids, target.config.vocab_size))
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
+    document = {
+        "architectures": ["DFlashSpeculator"], "speculators_model_type": "dflash", "speculators_version": "0.3.0",
+        "draft_vocab_size": len(draft_ids), "block_size": block_size, "aux_hidden_state_layer_ids": layer_ids,
+        "mask_token_id": mask_token_id, "transformer_layer_config": _dflash_layer_config(target, layers),
+        "speculators_config": {"algorithm": "dflash", "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": block_size - 1}],
+                               "verifier": {"name_or_path": verifier, "architectures": ["Qwen2ForCausalLM"]}},
+    }
+    (folder / "config.json").write_text(json.dumps(document, indent=2))
+    return folder
