@@ -37,13 +37,19 @@ def test_busy_threads_beside_us_take_a_thread_and_give_it_back():
     cpus = psutil.cpu_count()
     policy = ThreadPolicy(max_threads=cpus, interval_s=0.2)
     before = torch.get_num_threads()
+    # What other programs already keep busy: where they fill the cores by themselves, the load's
+    # end cannot free one (its threads only shared them), so only the taking is checked then.
+    _until(policy, lambda p: p.others_cores is not None)
+    already = policy.others_cores
     try:
         with BackgroundLoad(threads=cpus):
             _until(policy, lambda p: p.threads < cpus)
             busy = policy.others_cores
             assert busy > 0.5 and torch.get_num_threads() == policy.threads
+        if already > cpus - 0.5:
+            pytest.skip(f"other programs kept {already:.1f} of {cpus} cores busy before the load: none to give back")
         # The spinning threads stopped: what others use falls by about their cores.
-        _until(policy, lambda p: p.others_cores is not None and p.others_cores < busy - 0.5 * cpus)
+        _until(policy, lambda p: p.others_cores is not None and p.others_cores < busy - 0.5 * (busy - already))
     finally:
         torch.set_num_threads(before)
 
