@@ -29,6 +29,7 @@ from engine.bench.summary import add_counts, by_position, geomean, spread, summa
 from engine.core.events import Tokens
 from engine.core.settings import DecodeSettings, InvalidRequest
 from engine.decode.divergence import first_difference
+from engine.drafters import DraftModelDrafter
 from engine.session.compare import drain, warm_up
 from engine.session.session import DrafterKind, Session
 
@@ -204,7 +205,11 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
     warmed = warm_up_bench(session, session.encode(prompts[0]["prompt"]), drafter)
     progress(f"warmed up (untimed): {warmed['plain_tokens']} plain and {warmed['speculative_tokens']} speculative "
              f"tokens of {prompts[0]['id']} in {warmed['seconds']:.1f} s")
+    # The head agreement and the step probe are a draft model's (an EAGLE-3 or DFlash drafter
+    # reads the target's states, which that probe does not keep: scripts/draft_step_cost.py).
     model_drafter = session.model_drafter if drafter == "model" else None
+    if not isinstance(model_drafter, DraftModelDrafter):
+        model_drafter = None
     head = model_drafter.head if model_drafter is not None else None
     full_head = full_head_like(head) if agreement and head is not None else None
     step_costs = None
