@@ -3,8 +3,8 @@
 The collector runs in whichever thread happens to allocate when its threshold trips. On the
 engine thread that is often mid-load (transformers allocates a lot), and if the garbage it finds
 holds a Qt object (a closed dialog, an old window's widgets in a reference cycle), that object is
-destroyed off the GUI thread and the process segfaults. We saw exactly that: a crash in
-``from_pretrained`` on the worker, "Garbage-collecting" at the top of its stack.
+destroyed off the GUI thread and the process segfaults (such a crash shows ``from_pretrained``
+on the worker with "Garbage-collecting" at the top of its stack).
 
 So while any window is open, automatic collection is off and pyqtgraph's ``GarbageCollector``
 collects on the GUI thread from a timer, honouring the same generation thresholds. Reference
