@@ -44,7 +44,7 @@ def run(args) -> int:
     encoded = [session.encode(p["prompt"]) for p in prompts]
     print(f"distilling an EAGLE-3 drafter for {session.target.name} into {out}: {len(encoded)} prompts"
           + (f" and {len(texts)} text file(s)" if texts else "") + f", {args.minutes:g} min of training", file=sys.stderr)
-    for event in distill(session.target_runner, session.target.model, session.tokenizer, session.eos_ids, session.target.name,
+    for event in distill(session.layer_states_runner, session.target.model, session.tokenizer, session.eos_ids, session.target.name,
                          encoded, out, settings):
         eta = f", about {event.eta_s / 60:.1f} min left" if event.eta_s is not None else ""
         if event.phase == "data":

@@ -48,6 +48,8 @@ def teach(runner: Runner, tokens: list[int], aux_layers: tuple[int, ...], first:
         for start in range(0, len(tokens), CHUNK):
             piece = tokens[start : start + CHUNK]
             logits = runner.forward(piece, n_logits=len(piece))
+            if runner.aux is None:
+                raise RuntimeError(f"{type(runner).__name__} keeps no layer states: teach from a runner that does")
             aux.append(runner.aux[-len(piece):].to(torch.bfloat16).clone())
             labels.append(logits.argmax(-1))
     runner.aux_layers = ()

@@ -229,6 +229,16 @@ class Session:
             return gguf_runner.GgufRunner(model)
         return ModelRunner(model)
 
+    def layer_states_runner(self):
+        """A runner that keeps the inputs of chosen layers (``aux_layers``), as drafters made for
+        the target read them and ``tandem distill`` teaches from them: the GGUF file's own
+        runner where it runs, else transformers' modules (the fused int8 / int4 layers keep none)."""
+        from engine.models.runners import gguf_runner
+
+        if self.target.weights == "file" and gguf_runner.worth_using(self.target.model):
+            return gguf_runner.GgufRunner(self.target.model)
+        return ModelRunner(self.target.model)
+
     def _new_target_runner(self):
         return self.target_runner()
 
