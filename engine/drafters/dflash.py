@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from engine.core.sampler import Sampler
 from engine.drafters.base import Draft, DrafterBase, DrafterMismatch
-from engine.drafters.eagle3_layers import DraftKV, Mlp, RmsNorm, _checkpoint_tensors, _rope, _rotate
+from engine.drafters.eagle3_layers import DraftKV, Mlp, RmsNorm, _checkpoint_tensors, _rope, _rotate, fill_from_checkpoint
 from engine.drafters.kept_states import KeptStates
 from engine.models.planning.speculators_config import SpeculatorError, SpeculatorSpec, check_belongs_to
 from engine.models.runners.interface import Runner
@@ -190,18 +190,8 @@ def load_dflash_drafter(folder: Path, spec: SpeculatorSpec, target_model, target
             raise SpeculatorError(f"{name}: its mask_token_id {spec.mask_token_id} is outside the vocabulary")
         tensors = _checkpoint_tensors(folder)
         layers = DFlashLayers(spec, own_head="lm_head.weight" in tensors)
-        state = {}
-        for key, holder in layers.state_dict().items():
-            if key not in tensors:
-                if key == "d2t" and (layers.lm_head is None or spec.draft_vocab_size == spec.layers.vocab_size):
-                    state[key] = torch.zeros_like(holder)
-                    continue
-                raise SpeculatorError(f"{name}: its weights lack {key}")
-            value = tensors[key]
-            if tuple(value.shape) != tuple(holder.shape):
-                raise SpeculatorError(f"{name}: {key} is {tuple(value.shape)}, its config implies {tuple(holder.shape)}")
-            state[key] = value.long() if key == "d2t" else value.float()
-        layers.load_state_dict(state)
+        fill_from_checkpoint(layers, tensors, name,
+                             identity_d2t=layers.lm_head is None or spec.draft_vocab_size == spec.layers.vocab_size)
     except SpeculatorError as exc:
         raise DrafterMismatch(str(exc)) from exc
     # DFlash counts a layer's output; the runners keep a layer's input: id d is input d + 1.

@@ -224,6 +224,26 @@ def _checkpoint_tensors(folder: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+def fill_from_checkpoint(module: torch.nn.Module, tensors: dict[str, torch.Tensor], name: str, identity_d2t: bool,
+                         sources: dict[str, str] | None = None) -> None:
+    """Load every tensor of ``module`` from the checkpoint's (fp32; d2t as ids), by the same
+    name or the one ``sources`` gives; SpeculatorError naming a missing or misshapen tensor. A
+    missing d2t is the identity where ``identity_d2t`` (the head covers the whole vocabulary)."""
+    state = {}
+    for key, holder in module.state_dict().items():
+        source = (sources or {}).get(key, key)
+        if source not in tensors:
+            if key == "d2t" and identity_d2t:
+                state[key] = torch.zeros_like(holder)
+                continue
+            raise SpeculatorError(f"{name}: its weights lack {source}")
+        value = tensors[source]
+        if tuple(value.shape) != tuple(holder.shape):
+            raise SpeculatorError(f"{name}: {source} is {tuple(value.shape)}, its config implies {tuple(holder.shape)}")
+        state[key] = value.long() if key == "d2t" else value.float()
+    module.load_state_dict(state)
+
+
 def load_eagle3_layers(folder: Path, spec: SpeculatorSpec) -> Eagle3Layers:
     """The drafter's layers with the checkpoint's weights, in fp32 (SpeculatorError naming a
     missing or misshapen tensor). The EAGLE authors' ``midlayer`` is layer 0; the embedding is
@@ -236,19 +256,8 @@ def load_eagle3_layers(folder: Path, spec: SpeculatorSpec) -> Eagle3Layers:
     model = Eagle3Layers(spec, qk_norm="layers.0.self_attn.q_norm.weight" in tensors,
                          bias="layers.0.self_attn.q_proj.bias" in tensors,
                          own_embedding="embed_tokens.weight" in tensors, fc_norm=spec.norm_before_fc)
-    state = {}
-    for key, holder in model.state_dict().items():
-        source = "input_norm.weight" if key == "fc_norm.weight" else key
-        if source not in tensors:
-            if key == "d2t" and spec.draft_vocab_size == c.vocab_size:
-                state[key] = torch.zeros(spec.draft_vocab_size, dtype=torch.long)  # the same vocabulary
-                continue
-            raise SpeculatorError(f"{name}: its weights lack {source}")
-        value = tensors[source]
-        if tuple(value.shape) != tuple(holder.shape):
-            raise SpeculatorError(f"{name}: {source} is {tuple(value.shape)}, its config implies {tuple(holder.shape)}")
-        state[key] = value.long() if key == "d2t" else value.float()
-    model.load_state_dict(state)
+    fill_from_checkpoint(model, tensors, name, identity_d2t=spec.draft_vocab_size == c.vocab_size,
+                         sources={"fc_norm.weight": "input_norm.weight"})
     targets = model.target_ids(torch.arange(spec.draft_vocab_size))
     if int(targets.min()) < 0 or int(targets.max()) >= c.vocab_size:
         raise SpeculatorError(f"{name}: its d2t maps draft ids outside the target's vocabulary of {c.vocab_size:,}")
