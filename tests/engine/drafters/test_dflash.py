@@ -4,15 +4,13 @@ length, on the transformers runner and a GGUF file's, and through ``tandem compa
 sampling law with per-row draft distributions; a context cache that follows the accepted text."""
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
 from engine.cli import main as cli_main
 from engine.core.events import Finished
 from engine.core.settings import DecodeSettings
-from engine.decode.decoding import plain_decode, speculative_decode
+from engine.decode.decoding import speculative_decode
 from engine.drafters import DrafterMismatch
 from engine.drafters.dflash import DFlashDrafter
 from engine.drafters.made_for_target import load_made_for_target
@@ -20,20 +18,14 @@ from engine.models.runners.gguf_runner import GgufRunner
 from engine.models.runners.runner import ModelRunner
 from engine.session.session import Session
 from engine.testing.tiny_gguf import build_model
-from engine.testing.tiny_models import build_tokenizer
 from tests.engine.drafters import eagle3_checkpoints as checkpoints
+from tests.engine.drafters.made_for_target_checks import PROMPTS, assert_greedy_is_plain, rechecked, sampled_outcomes, token_ids
 from tests.engine.helpers import run_to_end
 from tests.stats_helpers import assert_same_distribution, exact_law
 
-PROMPTS = ["def add(a, b):\n    return a + b\n", "The quick brown fox jumps over the lazy dog."]
 LAYERS, MASK = 4, 0
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +49,6 @@ def drafter_for(folder, target) -> DFlashDrafter:
     return drafter
 
 
-def ids(tokenizer, text):
-    return tokenizer(text)["input_ids"]
-
-
 def test_layouts_load_with_their_layer_ids_and_heads(folders, target, tokenizer):
     authors = drafter_for(folders["dflash-authors"], target)
     # DFlash counts layer outputs; the runners keep layer inputs, one further on.
@@ -73,39 +61,12 @@ def test_layouts_load_with_their_layer_ids_and_heads(folders, target, tokenizer)
 
 @pytest.mark.parametrize("layout", ["dflash-authors", "speculators"])
 def test_greedy_output_is_plain_decodings(folders, target, tokenizer, layout):
-    drafter = drafter_for(folders[layout], target)
-    for text in PROMPTS:
-        prompt = ids(tokenizer, text)
-        plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, DecodeSettings(max_new_tokens=32), set()))
-        for k in (1, 3, 7, 12, None):  # 12: more than a block holds, cut to 7
-            result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt,
-                                                      DecodeSettings(max_new_tokens=32, draft_length=k), set()))
-            assert isinstance(result, Finished), result
-            assert result.token_ids == plain.token_ids, (layout, text, k)
-            assert result.stats.drafted > 0
+    # 12: more than a block holds, cut to 7
+    assert_greedy_is_plain(drafter_for(folders[layout], target), target, tokenizer, (1, 3, 7, 12, None), layout)
 
 
-class RecheckedDFlash(DFlashDrafter):
-    """Every proposal equals a fresh drafter's after a fresh prefill of the accepted context."""
-
-    checks = 0
-
-    def propose(self, context, k, sampler):
-        fresh_runner = ModelRunner(self.target.model)
-        fresh = DFlashDrafter(self.layers, self.aux_layers, self.embed, self.head, self.mask_token_id, self.block_size, self.vocab)
-        fresh.attach_target(fresh_runner)
-        fresh_runner.forward(context[:-1])
-        fresh.prepare(context)
-        twin = copy.copy(sampler)
-        twin.generator = torch.Generator()
-        twin.generator.set_state(sampler.generator.get_state())
-        expected = fresh.propose(context, k, twin)
-        draft = super().propose(context, k, sampler)
-        assert draft.tokens == expected.tokens
-        if draft.probs is not None:
-            torch.testing.assert_close(draft.probs, expected.probs, atol=1e-5, rtol=1e-4)
-        self.checks += 1
-        return draft
+RecheckedDFlash = rechecked(DFlashDrafter, lambda d: DFlashDrafter(d.layers, d.aux_layers, d.embed, d.head, d.mask_token_id,
+                                                                   d.block_size, d.vocab))
 
 
 def test_the_context_follows_the_accepted_text(folders, target, tokenizer):
@@ -113,26 +74,18 @@ def test_the_context_follows_the_accepted_text(folders, target, tokenizer):
     drafter = RecheckedDFlash(base.layers, base.aux_layers, base.embed, base.head, base.mask_token_id, base.block_size, base.vocab)
     for seed in range(2):
         settings = DecodeSettings(mode="sample", temperature=1.5, top_k=2, max_new_tokens=20, draft_length=4, seed=seed)
-        result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, ids(tokenizer, PROMPTS[1]), settings, set()))
+        result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, token_ids(tokenizer, PROMPTS[1]), settings, set()))
         assert isinstance(result, Finished)
     assert drafter.checks >= 8
 
 
 def test_speculative_sampling_keeps_the_target_distribution(folders, target, tokenizer):
     top_k, temperature, n_tokens = 2, 1.5, 4
-    prompt = ids(tokenizer, PROMPTS[0])
-    law = exact_law(target, prompt, n_tokens, temperature, top_k)
-    index = {o: i for i, o in enumerate(law)}
-    runner, drafter = ModelRunner(target), drafter_for(folders["speculators"], target)
-    samples, drafted = [], 0
-    for seed in range(1000):
-        settings = DecodeSettings(mode="sample", temperature=temperature, top_k=top_k, max_new_tokens=n_tokens, seed=seed,
-                                  draft_length=3)
-        result, _ = run_to_end(speculative_decode(runner, drafter, tokenizer, prompt, settings, set()))
-        drafted += result.stats.drafted
-        samples.append(index[result.token_ids])
+    law = exact_law(target, token_ids(tokenizer, PROMPTS[0]), n_tokens, temperature, top_k)
+    samples, drafted, _ = sampled_outcomes(drafter_for(folders["speculators"], target), target, tokenizer, law, trials=1000,
+                                           temperature=temperature, top_k=top_k, n_tokens=n_tokens, draft_length=3)
     assert drafted >= 1000
-    assert_same_distribution(torch.tensor(samples), torch.tensor(list(law.values())))
+    assert_same_distribution(samples, torch.tensor(list(law.values())))
 
 
 def test_a_drafter_without_a_mask_token_is_refused(tmp_path, target):

@@ -5,8 +5,6 @@ through ``tandem compare``), the exact sampling law, a cache that follows the ac
 and clear refusals of a drafter made for another model."""
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 
@@ -14,27 +12,22 @@ from engine.cli import main as cli_main
 from engine.core.events import Finished
 from engine.core.sampler import Sampler
 from engine.core.settings import DecodeSettings
-from engine.decode.decoding import plain_decode, speculative_decode
+from engine.decode.decoding import speculative_decode
 from engine.drafters import DrafterMismatch
 from engine.drafters.eagle3 import Eagle3Drafter, load_eagle3_drafter
 from engine.models.runners.gguf_runner import GgufRunner
 from engine.models.runners.runner import ModelRunner
 from engine.session.session import Session
 from engine.testing.tiny_gguf import build_model as build_small_init_model
-from engine.testing.tiny_models import build_model, build_tokenizer
+from engine.testing.tiny_models import build_model
 from tests.engine.drafters import eagle3_checkpoints as checkpoints
+from tests.engine.drafters.made_for_target_checks import PROMPTS, assert_greedy_is_plain, rechecked, sampled_outcomes, token_ids
 from tests.engine.helpers import run_to_end
 from tests.stats_helpers import assert_same_distribution, exact_law
 
-PROMPTS = ["def add(a, b):\n    return a + b\n", "The quick brown fox jumps over the lazy dog."]
 LAYERS = 4
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_tokenizer()
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +52,6 @@ def folders(tmp_path_factory, target, tokenizer):
     }
 
 
-def ids(tokenizer, text):
-    return tokenizer(text)["input_ids"]
-
-
 def drafter_for(folder, target) -> Eagle3Drafter:
     return load_eagle3_drafter(folder, target, "tiny-target", ("tiny-target",))
 
@@ -80,23 +69,14 @@ def test_both_layouts_load_with_their_vocabulary_maps(folders, target, tokenizer
 
 @pytest.mark.parametrize("layout", ["speculators", "eagle-authors"])
 def test_greedy_output_is_plain_decodings(folders, target, tokenizer, layout):
-    drafter = drafter_for(folders[layout], target)
-    for text in PROMPTS:
-        prompt = ids(tokenizer, text)
-        plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, DecodeSettings(max_new_tokens=32), set()))
-        for k in (1, 2, 4, None):
-            result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt,
-                                                      DecodeSettings(max_new_tokens=32, draft_length=k), set()))
-            assert isinstance(result, Finished), result
-            assert result.token_ids == plain.token_ids, (layout, text, k)
-            assert result.stats.drafted > 0
+    assert_greedy_is_plain(drafter_for(folders[layout], target), target, tokenizer, (1, 2, 4, None), layout)
 
 
 def test_reduced_vocabulary_drafts_only_its_ids(folders, target, tokenizer):
     drafter = drafter_for(folders["eagle-authors"], target)
     runner = ModelRunner(target)
     drafter.attach_target(runner)
-    prompt = ids(tokenizer, PROMPTS[0])
+    prompt = token_ids(tokenizer, PROMPTS[0])
     runner.forward(prompt)
     drafter.prepare(prompt + [5])
     draft = drafter.propose(prompt + [5], 4, Sampler(DecodeSettings(mode="sample", temperature=1.0), "cpu"))
@@ -104,28 +84,7 @@ def test_reduced_vocabulary_drafts_only_its_ids(folders, target, tokenizer):
     assert float(draft.probs[:, 1::2].sum()) == 0.0  # q is zero outside the draft vocabulary
 
 
-class RecheckedEagle3(Eagle3Drafter):
-    """Every proposal must equal that of a fresh drafter fed a fresh prefill of the accepted
-    context (same draws, same q): its cache and kept states follow acceptances and rollbacks."""
-
-    checks = 0
-
-    def propose(self, context, k, sampler):
-        fresh_runner = ModelRunner(self.target.model)
-        fresh = Eagle3Drafter(self.layers, self.aux_layers, self.embed)
-        fresh.attach_target(fresh_runner)
-        fresh_runner.forward(context[:-1])
-        fresh.prepare(context)
-        twin = copy.copy(sampler)  # the same settings and, in a generator of its own, the same draws
-        twin.generator = torch.Generator()
-        twin.generator.set_state(sampler.generator.get_state())
-        expected = fresh.propose(context, k, twin)
-        draft = super().propose(context, k, sampler)
-        assert draft.tokens == expected.tokens, (len(context), draft.tokens, expected.tokens)
-        if draft.probs is not None:
-            torch.testing.assert_close(draft.probs, expected.probs, atol=1e-5, rtol=1e-4)
-        self.checks += 1
-        return draft
+RecheckedEagle3 = rechecked(Eagle3Drafter, lambda d: Eagle3Drafter(d.layers, d.aux_layers, d.embed))
 
 
 def test_drafts_follow_the_accepted_context_only(folders, target, tokenizer):
@@ -134,7 +93,7 @@ def test_drafts_follow_the_accepted_context_only(folders, target, tokenizer):
     accepted = drafted = 0
     for seed in range(3):
         settings = DecodeSettings(mode="sample", temperature=1.5, top_k=2, max_new_tokens=24, draft_length=3, seed=seed)
-        prompt = ids(tokenizer, PROMPTS[1])
+        prompt = token_ids(tokenizer, PROMPTS[1])
         result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt, settings, set()))
         accepted, drafted = accepted + result.stats.accepted, drafted + result.stats.drafted
     assert drafter.checks >= 12 and 0 < accepted < drafted
@@ -144,22 +103,13 @@ def test_drafts_follow_the_accepted_context_only(folders, target, tokenizer):
 def test_speculative_sampling_keeps_the_target_distribution(folders, target, tokenizer, layout):
     """The full-vocabulary drafter is accepted often; the reduced one's q is zero on the odd ids
     the target's top-2 holds, so its tokens come from the residual draw."""
-    top_k, temperature, n_tokens = 2, 1.5, 4
-    prompt = ids(tokenizer, PROMPTS[0])
-    law = exact_law(target, prompt, n_tokens, temperature, top_k)
-    index = {o: i for i, o in enumerate(law)}
-    runner, drafter = ModelRunner(target), drafter_for(folders[layout], target)
-    samples, drafted, accepted, trials = [], 0, 0, 1000
-    for seed in range(trials):
-        settings = DecodeSettings(mode="sample", temperature=temperature, top_k=top_k, max_new_tokens=n_tokens, seed=seed,
-                                  draft_length=2)
-        result, _ = run_to_end(speculative_decode(runner, drafter, tokenizer, prompt, settings, set()))
-        drafted += result.stats.drafted
-        accepted += result.stats.accepted
-        samples.append(index[result.token_ids])
+    top_k, temperature, n_tokens, trials = 2, 1.5, 4, 1000
+    law = exact_law(target, token_ids(tokenizer, PROMPTS[0]), n_tokens, temperature, top_k)
+    samples, drafted, accepted = sampled_outcomes(drafter_for(folders[layout], target), target, tokenizer, law, trials=trials,
+                                                  temperature=temperature, top_k=top_k, n_tokens=n_tokens, draft_length=2)
     assert drafted >= trials and accepted < drafted
     assert accepted > 0 or layout == "eagle-authors"
-    assert_same_distribution(torch.tensor(samples), torch.tensor(list(law.values())))
+    assert_same_distribution(samples, torch.tensor(list(law.values())))
 
 
 # -- on a GGUF file's runner, through the session and the CLI -------------------------------------
