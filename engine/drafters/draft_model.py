@@ -10,7 +10,7 @@ from engine.core.settings import PREFILL_CHUNK
 from engine.drafters.base import Draft, DrafterBase
 from engine.drafters.reduced_head import ReducedHead
 from engine.models.runners import gguf_runner
-from engine.models.runners.fused_runner import FusedRunner, worth_using
+from engine.models.runners.fused_runner import DRAFTER_KV_DTYPE, FusedRunner, worth_using
 from engine.models.runners.prefix_reuse import common_prefix
 from engine.models.runners.runner import ModelRunner
 
@@ -41,7 +41,7 @@ class DraftModelDrafter(DrafterBase):
                  fused: bool | None = None) -> None:
         use_fused = worth_using(model) if fused is None else fused
         if use_fused:
-            self.runner = FusedRunner(model, huge_pages=True)
+            self.runner = FusedRunner(model, huge_pages=True, kv_dtype=DRAFTER_KV_DTYPE)
         elif fused is None and gguf_runner.unsupported_reason(model) is None:  # a GGUF drafter
             self.runner = gguf_runner.GgufRunner(model)
         else:

@@ -1,5 +1,5 @@
 """AVX2 + FMA backend, compiled on first use (it shares kernels/quant_linear's int8 and
-kernels/int4_linear's int4 tiles)."""
+kernels/int4_linear's int4 tiles, and kernels/attention's attention)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 from kernels.build import avx2_extension
 
 SOURCE = Path(__file__).with_name("decoder_avx2.cpp")
-available, _module = avx2_extension("tandem_draft_decoder_avx2", lambda: SOURCE, uses=("quant_linear", "int4_linear"),
+available, _module = avx2_extension("tandem_draft_decoder_avx2", lambda: SOURCE, uses=("quant_linear", "int4_linear", "attention"),
                                     extra_cflags=("-mf16c",))
 
 

@@ -6,6 +6,7 @@
 #include "int8_gemm.h"
 #include "int16_inputs.h"
 #include "int4_gemm.h"
+#include "causal_attention.h"
 
 #include <cmath>
 #include <initializer_list>
@@ -14,7 +15,6 @@
 namespace {
 
 using tandem_avx2::exp256;
-using tandem_avx2::hsum;
 
 void rms_norm(const float* x, const float* w, float* out, int64_t M, int64_t H, float eps) {
   for (int64_t m = 0; m < M; ++m) {
@@ -41,57 +41,28 @@ void rope(float* t, int64_t M, int64_t heads, int64_t D, const float* cos, const
     }
 }
 
-inline float dot(const float* a, const float* b, int64_t D) {
-  __m256 acc = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 8 <= D; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  float s = hsum(acc);
-  for (; i < D; ++i) s += a[i] * b[i];
-  return s;
+// out[m, h, :] = softmax_t(q[m, h] . K[g, t] / sqrt(D)) @ V[g, t], t <= pos0 + m, g = h / group:
+// the attention kernel's own arithmetic (kernels/attention/causal_attention.h), which reads each
+// KV head's keys and values once for all its query heads and rows, over a cache of fp32 or fp16.
+template <typename KT>
+void attention(const float* q, const KT* kc, const KT* vc, float* out, int64_t M, int64_t nh, int64_t nkv, int64_t D,
+               int64_t cap, int64_t pos0) {
+  tandem_attention::Shape s;
+  s.Q = M, s.H = nh, s.KVH = nkv, s.L = pos0 + M, s.D = D;
+  s.q_row = nh * D, s.q_head = D, s.kv_head = cap * D, s.kv_pos = D;
+  s.scaling = 1.0f / std::sqrt(static_cast<float>(D));
+  tandem_attention::attend<float, KT>(q, kc, vc, out, s);
 }
 
-// out[m, h, :] = softmax_t(q[m, h] . K[g, t] / sqrt(D)) @ V[g, t], t <= pos0 + m, g = h / group.
-void attention(const float* q, const float* kc, const float* vc, float* out, int64_t M, int64_t nh,
-               int64_t nkv, int64_t D, int64_t cap, int64_t pos0) {
-  const int64_t group = nh / nkv;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  at::parallel_for(0, M * nh, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> w(pos0 + M + 8);
-    for (int64_t task = begin; task < end; ++task) {
-      const int64_t m = task / nh, h = task % nh, g = h / group, T = pos0 + m + 1;
-      const float* qr = q + (m * nh + h) * D;
-      const float* K = kc + g * cap * D;
-      const float* V = vc + g * cap * D;
-      float mx = -INFINITY;
-      for (int64_t t = 0; t < T; ++t) {
-        w[t] = dot(qr, K + t * D, D) * scale;
-        mx = std::max(mx, w[t]);
-      }
-      const __m256 vmx = _mm256_set1_ps(mx);
-      __m256 vsum = _mm256_setzero_ps();
-      int64_t t = 0;
-      for (; t + 8 <= T; t += 8) {
-        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(w.data() + t), vmx));
-        _mm256_storeu_ps(w.data() + t, e);
-        vsum = _mm256_add_ps(vsum, e);
-      }
-      float sum = hsum(vsum);
-      for (; t < T; ++t) {
-        w[t] = std::exp(w[t] - mx);
-        sum += w[t];
-      }
-      float* o = out + (m * nh + h) * D;
-      for (int64_t i = 0; i < D; ++i) o[i] = 0.0f;
-      for (int64_t tt = 0; tt < T; ++tt) {
-        const float p = w[tt] / sum;
-        const float* vr = V + tt * D;
-        int64_t i = 0;
-        const __m256 vp = _mm256_set1_ps(p);
-        for (; i + 8 <= D; i += 8) _mm256_storeu_ps(o + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(vr + i), _mm256_loadu_ps(o + i)));
-        for (; i < D; ++i) o[i] += p * vr[i];
-      }
+// Writes the M new rows' keys or values [M, n_kv, D] into the cache [n_kv, cap, D] at pos0.
+template <typename KT>
+void store_rows(const float* rows, KT* cache, int64_t M, int64_t nkv, int64_t D, int64_t cap, int64_t pos0) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t g = 0; g < nkv; ++g) {
+      const float* from = rows + (m * nkv + g) * D;
+      KT* to = cache + (g * cap + pos0 + m) * D;
+      for (int64_t i = 0; i < D; ++i) to[i] = static_cast<KT>(from[i]);
     }
-  });
 }
 
 // g <- silu(g) * u = g / (1 + exp(-g)) * u
@@ -169,7 +140,7 @@ void lin_group(const float* h, int64_t M, int64_t K, std::initializer_list<const
 }  // namespace
 
 // Runs the layer on x [M, H] fp32 in place and writes the new keys/values into kc/vc
-// [n_kv, cap, D] fp32 at positions pos0 .. pos0+M-1. cos/sin: [M, D/2] for those positions.
+// [n_kv, cap, D] (fp32 or fp16) at positions pos0 .. pos0+M-1. cos/sin: [M, D/2] for those positions.
 void decoder_layer(torch::Tensor x, torch::Tensor ln1,
                    torch::Tensor wq, torch::Tensor sq, c10::optional<torch::Tensor> bq,
                    torch::Tensor wk, torch::Tensor sk, c10::optional<torch::Tensor> bk,
@@ -192,7 +163,9 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
   check(Wq, H); check(Wk, H); check(Wv, H); check(Wo, n_heads * D);
   check(Wg, H); check(Wu, H); check(Wd, I);
   TORCH_CHECK(Wk.out_features() == n_kv * D && Wv.out_features() == n_kv * D && n_heads % n_kv == 0, "head shapes do not match");
-  TORCH_CHECK(kc.scalar_type() == at::kFloat && kc.is_contiguous() && vc.is_contiguous() && kc.size(0) == n_kv && kc.size(2) == D, "cache must be [n_kv, cap, D] fp32");
+  TORCH_CHECK((kc.scalar_type() == at::kFloat || kc.scalar_type() == at::kHalf) && vc.scalar_type() == kc.scalar_type() &&
+              kc.is_contiguous() && vc.is_contiguous() && kc.size(0) == n_kv && kc.size(2) == D && D % 8 == 0,
+              "cache must be [n_kv, cap, D] fp32 or fp16, head_dim a multiple of 8");
   TORCH_CHECK(pos0 + M <= cap, "cache too small");
   TORCH_CHECK(cos.size(0) == M && cos.size(1) == D / 2 && cos.is_contiguous() && sin.is_contiguous(), "cos/sin must be [M, D/2]");
   for (const auto* t : {&ln1, &ln2}) TORCH_CHECK(t->scalar_type() == at::kFloat && t->numel() == H, "norm weights must be [H] fp32");
@@ -206,14 +179,19 @@ void decoder_layer(torch::Tensor x, torch::Tensor ln1,
   lin_group(h.data(), M, H, {&Wq, &Wk, &Wv}, {&bq, &bk, &bv}, {q.data(), k.data(), v.data()});
   rope(q.data(), M, n_heads, D, cos.data_ptr<float>(), sin.data_ptr<float>());
   rope(k.data(), M, n_kv, D, cos.data_ptr<float>(), sin.data_ptr<float>());
-  float* KC = kc.data_ptr<float>();
-  float* VC = vc.data_ptr<float>();
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t g = 0; g < n_kv; ++g) {
-      std::copy_n(k.data() + (m * n_kv + g) * D, D, KC + (g * cap + pos0 + m) * D);
-      std::copy_n(v.data() + (m * n_kv + g) * D, D, VC + (g * cap + pos0 + m) * D);
-    }
-  attention(q.data(), KC, VC, a.data(), M, n_heads, n_kv, D, cap, pos0);
+  if (kc.scalar_type() == at::kHalf) {
+    at::Half* KC = kc.data_ptr<at::Half>();
+    at::Half* VC = vc.data_ptr<at::Half>();
+    store_rows(k.data(), KC, M, n_kv, D, cap, pos0);
+    store_rows(v.data(), VC, M, n_kv, D, cap, pos0);
+    attention(q.data(), KC, VC, a.data(), M, n_heads, n_kv, D, cap, pos0);
+  } else {
+    float* KC = kc.data_ptr<float>();
+    float* VC = vc.data_ptr<float>();
+    store_rows(k.data(), KC, M, n_kv, D, cap, pos0);
+    store_rows(v.data(), VC, M, n_kv, D, cap, pos0);
+    attention(q.data(), KC, VC, a.data(), M, n_heads, n_kv, D, cap, pos0);
+  }
   lin(a.data(), M, n_heads * D, Wo, bo, o.data());
   for (int64_t i = 0; i < M * H; ++i) X[i] += o[i];
 

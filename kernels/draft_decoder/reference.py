@@ -6,7 +6,7 @@ For M new tokens at positions pos0 .. pos0+M-1, with x [M, H] the residual strea
     q, k, v = lin(h, Wq), lin(h, Wk), lin(h, Wv)       lin(h, W) = h @ (q_W * s_W)^T + b_W
     q, k = rope(q), rope(k)                 HF's rotate_half: (a, b) -> (a cos - b sin, b cos + a sin)
                                             for the pair (i, i + D/2) at frequency i
-    K[:, pos0:pos0+M], V[:, pos0:pos0+M] = k, v            (caches [n_kv, cap, D])
+    K[:, pos0:pos0+M], V[:, pos0:pos0+M] = k, v            (caches [n_kv, cap, D], fp32 or fp16)
     a[m, h] = softmax_t(q[m, h] . K[g, t] / sqrt(D)) @ V[g, t],  t <= pos0 + m,  g = h // (n_heads/n_kv)
     x = x + lin(a, Wo)
     h  = rms_norm(x) * ln2
@@ -66,8 +66,8 @@ def decoder_layer(x, ln1, wq, sq, bq, wk, sk, bk, wv, sv, bv, wo, so, bo, ln2, w
     kc[:, pos0 : pos0 + m] = k.transpose(0, 1)
     vc[:, pos0 : pos0 + m] = v.transpose(0, 1)
     total = pos0 + m
-    keys = kc[:, :total].repeat_interleave(n_heads // n_kv, dim=0)  # [n_heads, T, D]
-    values = vc[:, :total].repeat_interleave(n_heads // n_kv, dim=0)
+    keys = kc[:, :total].float().repeat_interleave(n_heads // n_kv, dim=0)  # [n_heads, T, D]; the cache may be fp16
+    values = vc[:, :total].float().repeat_interleave(n_heads // n_kv, dim=0)
     scores = q.transpose(0, 1) @ keys.transpose(1, 2) / d**0.5  # [n_heads, M, T]
     future = torch.arange(total)[None, :] > (pos0 + torch.arange(m))[:, None]
     attn = scores.masked_fill(future, float("-inf")).softmax(-1) @ values  # [n_heads, M, D]

@@ -20,7 +20,8 @@ An estimate has four parts (bytes):
                loader's "auto" picks, engine.models.planning.drafter_choice: "int8" / "int4" are the
                engine's quantized drafters, linear layers int8 / int4 and the embedding and head
                left at bf16; a GGUF drafter file its resident bytes) and its
-               own K/V cache; a Gemma 4 assistant:
+               own K/V cache (fp16 on the CPU where the compiled kernels run,
+               ``drafter_kv_dtype_bytes``); a Gemma 4 assistant:
                weights only (it reads the target's K/V); MTP heads: inside the target (0);
                prompt lookup: 0
     overhead   the runtime (Python, torch, transformers, tokenizers), the activations of one
@@ -88,7 +89,7 @@ MIN_CONTEXT = 2048
 DEFAULT_CONTEXT = 4096
 
 
-# Keys per partial softmax in the CPU attention kernel (kChunk in attention_avx2.cpp).
+# Keys per partial softmax in the CPU attention kernel (kChunk in causal_attention.h).
 ATTENTION_KEY_CHUNK = 256
 
 # Drafter kinds whose prompt is prefilled in one pass (they read the target's hidden states of
@@ -105,6 +106,18 @@ def kv_dtype_bytes(precision: str, device: Device, whole_prefill: bool = False, 
     if canonical_precision(precision) == FILE_PRECISION and device == "cpu" and cpu_kernels and not whole_prefill:
         return 2.0
     return dtype_bytes(precision, device)
+
+
+def drafter_kv_dtype_bytes(own_blocks: bool, quantized: bool, device: Device, activation_bytes: float,
+                           cpu_kernels: bool | None = None) -> float:
+    """Bytes per cached K/V element of a draft model on the CPU where the compiled kernels run:
+    fp16 both on its own GGUF blocks (GgufRunner) and re-quantized to int8 / int4 (FusedRunner,
+    DRAFTER_KV_DTYPE); elsewhere the activations' dtype."""
+    if cpu_kernels is None:
+        cpu_kernels = cpu_kernels_expected()
+    if device == "cpu" and cpu_kernels and (own_blocks or quantized):
+        return 2.0
+    return activation_bytes
 
 
 def dtype_bytes(precision: str, device: Device = "cpu") -> float:
@@ -330,10 +343,8 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
         else:
             drafter = resident_weight_bytes(entry.drafter_params, drafter_arch, drafter_weights, device)
         if drafter_arch is not None:
-            # A GGUF drafter left on its own blocks runs on GgufRunner too (fp16 K/V); a
-            # re-quantized one on FusedRunner (the activations' dtype).
             own_blocks = drafter_variant is not None and not (quantized and entry.drafter_params)
-            drafter += drafter_arch.kv_bytes(context, kv_dtype_bytes(precision, device, cpu_kernels=cpu_kernels) if own_blocks else a)
+            drafter += drafter_arch.kv_bytes(context, drafter_kv_dtype_bytes(own_blocks, quantized, device, a, cpu_kernels))
             # The drafter prefills the prompt after the target has, so the peaks don't add up.
             activations = max(activations, activation_bytes(drafter_arch, pass_rows, precision, device, context))
             vocabularies.append(drafter_arch.vocab_size)

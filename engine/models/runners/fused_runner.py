@@ -4,7 +4,9 @@ Same interface as ModelRunner (reset, forward_hidden, forward, crop, length) for
 it supports: Llama / Qwen2-shaped models whose linear layers are Int8Linear (engine.quant.quantize),
 with plain rotary embeddings and no sliding window. It reads the model's own int8 / int4 buffers
 (a drafter's moved into huge pages where the kernel grants them: engine.models.runners.huge_pages) and
-keeps its own fp32 key/value cache (engine.models.runners.own_cache_runner).
+keeps its own key/value cache (engine.models.runners.own_cache_runner): fp32 for an int8 / int4
+target, fp16 for a drafter (DRAFTER_KV_DTYPE), whose drafts may round as they like (the target
+verifies them) and whose cache grows with a conversation as the target's does.
 """
 from __future__ import annotations
 
@@ -51,6 +53,9 @@ def unsupported_reason(model) -> str | None:
         return reason
     if getattr(config, "hidden_act", "silu") != "silu" or getattr(config, "mlp_bias", False):
         return "MLP is not a bias-free SwiGLU"
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    if head_dim % 8:
+        return f"head size {head_dim} is not a multiple of 8 (the attention kernel's)"
     rotary = getattr(model.get_decoder(), "rotary_emb", None)
     if rotary is None or getattr(rotary, "rope_type", "default") != "default":
         return "rotary embedding type"
@@ -66,10 +71,17 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
+#: A drafter's cache: half the memory of fp32 at long context, and half the bytes its attention
+#: reads per draft step; what it does to acceptance `tandem bench` shows.
+DRAFTER_KV_DTYPE = torch.float16
+
+
 class FusedRunner(OwnCacheRunner):
-    def __init__(self, model, initial_capacity: int = 256, huge_pages: bool = False) -> None:
+    def __init__(self, model, initial_capacity: int = 256, huge_pages: bool = False,
+                 kv_dtype: torch.dtype = torch.float32) -> None:
         """``huge_pages``: move the layers' weight buffers into huge pages (engine.models.runners.huge_pages;
-        drafters: their cache file holds only these layers, so it is unmapped after the move)."""
+        drafters: their cache file holds only these layers, so it is unmapped after the move).
+        ``kv_dtype``: the cache's, fp32 or fp16."""
         reason = unsupported_reason(model)
         if reason:
             raise ValueError(f"FusedRunner cannot run this model: {reason}")
@@ -97,7 +109,8 @@ class FusedRunner(OwnCacheRunner):
                 # int8 targets' layers round their inputs to int16 (Int8Linear.int16_inputs).
                 any(isinstance(p, Int8Linear) and p.int16_inputs for p in parts),
             ))
-        self._allocate_cache(len(self.layers), decoder.layers[0].self_attn.q_proj.out_features // self.n_heads, initial_capacity)
+        self._allocate_cache(len(self.layers), decoder.layers[0].self_attn.q_proj.out_features // self.n_heads, initial_capacity,
+                             kv_dtype)
 
     @torch.inference_mode()
     def forward_hidden(self, token_ids: list[int], n_last: int = 1) -> torch.Tensor:

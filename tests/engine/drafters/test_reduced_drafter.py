@@ -187,6 +187,23 @@ def test_fused_runner_matches_transformers_on_an_int8_drafter(tiny_pair):
     assert torch.allclose(fused.forward([7, 8]), hf.forward([7, 8]), rtol=1e-4, atol=1e-4)
 
 
+def test_a_fused_drafter_caches_in_fp16_close_to_its_fp32_cache(tiny_pair):
+    """A drafter's FusedRunner keeps its keys and values in fp16 (half the memory as its cache
+    grows with a conversation); its states stay within fp16's rounding of the fp32 cache's."""
+    from engine.models.runners.fused_runner import FusedRunner
+
+    tokenizer, _, drafter = tiny_pair
+    quantized = int8_copy(drafter)
+    proposer = DraftModelDrafter(quantized, fused=True)
+    assert isinstance(proposer.runner, FusedRunner) and proposer.runner.kv.k.dtype == torch.float16
+    prompt = encode(tokenizer, PROMPTS[2] * 3)
+    half = proposer.runner.forward_hidden(prompt, n_last=len(prompt))
+    full = FusedRunner(quantized).forward_hidden(prompt, n_last=len(prompt))
+    assert FusedRunner(quantized).kv.k.dtype == torch.float32  # a target's cache stays fp32
+    rel = float((half - full).norm() / full.norm())
+    assert 0 < rel < 5e-3, rel
+
+
 def test_greedy_output_is_identical_with_the_fused_int8_drafter(tiny_pair):
     tokenizer, target, drafter = tiny_pair
     quantized = int8_copy(drafter)

@@ -50,7 +50,7 @@ def test_a_gguf_target_budgets_the_int4_drafter_the_loader_builds(entries):
     variant = e.variants[0]
     est = estimate_memory(e, "file", 4096, "cpu", variant=variant, cpu_kernels=True)
     int4 = quantized_drafter_bytes(e.drafter_params, e.drafter_arch, "int4", "cpu")
-    assert est.drafter == int4 + _drafter_kv(e, 4096)
+    assert est.drafter == int4 + _drafter_kv(e, 4096, 2)  # its cache fp16 (FusedRunner's drafter cache)
     # The old budget, an int8 drafter, is ~100 MB more for the 0.5B drafter.
     int8 = estimate_memory(e, "file", 4096, "cpu", variant=variant, drafter_weights="int8").drafter
     assert int8 - est.drafter > 100e6
@@ -65,9 +65,9 @@ def test_quantized_and_16_bit_cpu_targets_budget_the_drafter_the_loader_quantize
     int4 = quantized_drafter_bytes(e.drafter_params, e.drafter_arch, "int4", "cpu")
     int8 = quantized_drafter_bytes(e.drafter_params, e.drafter_arch, "int8", "cpu")
     for precision in ("int8", "int4"):  # an int4 drafter, its tables at bf16 (not at the target's bits)
-        assert estimate_memory(e, precision, 4096, "cpu", cpu_kernels=True).drafter == int4 + _drafter_kv(e, 4096)
-    for precision, element in (("bf16", 2), ("fp32", 4)):  # int8 next to a 16-bit or an exact target
-        assert estimate_memory(e, precision, 4096, "cpu", cpu_kernels=True).drafter == int8 + _drafter_kv(e, 4096, element)
+        assert estimate_memory(e, precision, 4096, "cpu", cpu_kernels=True).drafter == int4 + _drafter_kv(e, 4096, 2)
+    for precision in ("bf16", "fp32"):  # int8 next to a 16-bit or an exact target, its cache fp16 either way
+        assert estimate_memory(e, precision, 4096, "cpu", cpu_kernels=True).drafter == int8 + _drafter_kv(e, 4096, 2)
     # Off the CPU nothing changes: the target's dtype, 4-bit next to a 4-bit target.
     gpu = estimate_memory(e, "bf16", 4096, "gpu")
     assert gpu.drafter == e.drafter_params * 2 + _drafter_kv(e, 4096, 2)
@@ -121,7 +121,7 @@ def test_a_gguf_row_budgets_the_drafter_file_its_download_fetches(entries):
     # Where the quantized CPU kernels run, the file's layers are re-quantized to int4 whichever
     # build it is (engine.models.loading.gguf_drafter); where they do not (Apple silicon), the file runs
     # on its own blocks and is budgeted as that file.
-    assert fit.estimate.drafter == quantized_drafter_bytes(e.drafter_params, e.drafter_arch, "int4", "cpu") + _drafter_kv(e, 4096)
+    assert fit.estimate.drafter == quantized_drafter_bytes(e.drafter_params, e.drafter_arch, "int4", "cpu") + _drafter_kv(e, 4096, 2)
     mac = assess(e, Hardware.from_profile({"unified_memory_gb": 16, "cpu_cores": 8}), "file", 4096, variant=q8)
     assert mac.drafter_gguf == q8_drafter
     assert mac.estimate.drafter == q8_drafter.resident_bytes(e.drafter_arch) + _drafter_kv(e, 4096)

@@ -183,11 +183,11 @@ def test_a_gguf_variant_is_budgeted_at_its_file_with_fp16_kv(entries):
     assert est.drafter == e.drafter_variants[0].resident_bytes(e.drafter_arch) + e.drafter_arch.kv_bytes(4096, 4)
     # With them, the target runs on GgufRunner, which caches K/V in fp16 (its KV_DTYPE), and the
     # drafter's layers are re-quantized to int4 (engine.models.loading.gguf_drafter): as a folder's, its
-    # cache fp32 (FusedRunner).
+    # cache fp16 too (FusedRunner's DRAFTER_KV_DTYPE).
     requantized = estimate_memory(e, "file", 4096, "cpu", variant=q4, drafter_variant=e.drafter_variants[0], cpu_kernels=True)
     assert requantized.kv_cache == e.target_arch.kv_bytes(4096, 2)
     assert requantized.drafter == (quantized_drafter_bytes(e.drafter_params, e.drafter_arch, "int4", "cpu")
-                                   + e.drafter_arch.kv_bytes(4096, 4))
+                                   + e.drafter_arch.kv_bytes(4096, 2))
     # A drafter that reads transformers' cache of the target (MTP): fp32 there.
     mtp = estimate_memory(replace(e, drafter_kind="mtp"), "file", 4096, "cpu", variant=q4, cpu_kernels=True)
     assert mtp.kv_cache == e.target_arch.kv_bytes(4096, 4)

@@ -1,0 +1,239 @@
+// The batch-invariant causal attention itself (see attention_avx2.cpp for why and how), in a
+// header so that every kernel attending over a cache computes it the same way: the attention
+// kernel the GGUF and transformers runners call, and the fused drafter layer
+// (kernels/draft_decoder), which attends inside its one call per layer.
+#pragma once
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <immintrin.h>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "avx2_common.h"
+
+namespace tandem_attention {
+
+constexpr int64_t kChunk = 256;  // keys per partial softmax (fixed: it sets the arithmetic)
+
+inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load8(const at::BFloat16* p) { return tandem_avx2::load_bf16x8(reinterpret_cast<const uint16_t*>(p)); }
+inline __m256 load8(const at::Half* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+using tandem_avx2::exp256;
+using tandem_avx2::hmax;
+using tandem_avx2::hsum;
+
+struct Shape {
+  int64_t Q, H, KVH, L, D;
+  int64_t q_row, q_head;           // query strides (elements)
+  int64_t kv_head, kv_pos;         // key / value strides
+  float scaling;
+  int64_t visible(int64_t i) const { return L - Q + i + 1; }  // causal: the cache and rows up to i
+};
+
+// Lane j of the result is the sum of the 8 lanes of s[j] in one fixed order, ((0+1)+(2+3)) +
+// ((4+5)+(6+7)): 4 keys' scores.
+inline __m128 hsum4(const __m256 s[4]) {
+  const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(s[0], s[1]), _mm256_hadd_ps(s[2], s[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
+// NQ query vectors (heads of one KV group, rows that see the same keys) against one chunk of
+// keys [j0, j1): each key and value row is loaded (and widened from 16 bits) once for all NQ,
+// and every query's arithmetic is the one a query computed alone does (its FMAs in the same
+// order, the same reduction tree), so grouping changes no bit of any result. For query n it
+// writes a[n][D] (unnormalized) and (m[n], l[n]). scores: NQ x (kChunk + 8); qf: NQ x D.
+template <int NQ, typename QT, typename KT>
+inline void chunk_partials(const QT* const* qs, const KT* kh, const KT* vh, const Shape& s, int64_t j0, int64_t j1,
+                           float* scores, float* qf, float* const* a, float* m_out, float* l_out) {
+  const int64_t D = s.D, n = j1 - j0, row = kChunk + 8;
+  const __m256 scale = _mm256_set1_ps(s.scaling);
+  for (int q = 0; q < NQ; ++q)
+    for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(qf + q * D + d, _mm256_mul_ps(load8(qs[q] + d), scale));
+  const int64_t padded = (n + 7) & ~int64_t(7);
+  // Scores 4 keys at a time for every query (NQ x 4 accumulators).
+  for (int64_t j = 0; j < padded; j += 4) {
+    __m256 acc[NQ][4];
+    for (int q = 0; q < NQ; ++q)
+      for (int c = 0; c < 4; ++c) acc[q][c] = _mm256_setzero_ps();
+    const int64_t here = std::max<int64_t>(0, std::min<int64_t>(4, n - j));
+    if (here == 4) {
+      const KT* k0 = kh + (j0 + j) * s.kv_pos;
+      for (int64_t d = 0; d < D; d += 8) {
+        for (int c = 0; c < 4; ++c) {
+          const __m256 kv = load8(k0 + c * s.kv_pos + d);
+          for (int q = 0; q < NQ; ++q) acc[q][c] = _mm256_fmadd_ps(_mm256_loadu_ps(qf + q * D + d), kv, acc[q][c]);
+        }
+      }
+    } else {
+      for (int64_t d = 0; d < D; d += 8) {
+        for (int c = 0; c < here; ++c) {
+          const __m256 kv = load8(kh + (j0 + j + c) * s.kv_pos + d);
+          for (int q = 0; q < NQ; ++q) acc[q][c] = _mm256_fmadd_ps(_mm256_loadu_ps(qf + q * D + d), kv, acc[q][c]);
+        }
+      }
+    }
+    for (int q = 0; q < NQ; ++q) {
+      __m128 x = hsum4(acc[q]);
+      if (here < 4) {  // keys past the chunk's end: -inf, whose exp is 0
+        alignas(16) float tmp[4];
+        _mm_store_ps(tmp, x);
+        for (int c = static_cast<int>(here); c < 4; ++c) tmp[c] = -INFINITY;
+        x = _mm_load_ps(tmp);
+      }
+      _mm_storeu_ps(scores + q * row + j, x);
+    }
+  }
+  for (int q = 0; q < NQ; ++q) {
+    float* sc = scores + q * row;
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < padded; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(sc + j));
+    const float m = hmax(mv);
+    mv = _mm256_set1_ps(m);
+    __m256 sum8 = _mm256_setzero_ps();
+    for (int64_t j = 0; j < padded; j += 8) {
+      const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv));
+      _mm256_storeu_ps(sc + j, e);
+      sum8 = _mm256_add_ps(sum8, e);
+    }
+    m_out[q] = m;
+    l_out[q] = hsum(sum8);
+  }
+  // Values key by key (rows of V are contiguous), 4 vectors of head_dim for every query at a
+  // time: each output element is its queries' sum over the keys in key order.
+  for (int64_t d0 = 0; d0 < D; d0 += 32) {
+    const int width = static_cast<int>(std::min<int64_t>(32, D - d0) / 8);
+    __m256 acc[NQ][4];
+    for (int q = 0; q < NQ; ++q)
+      for (int c = 0; c < 4; ++c) acc[q][c] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      const KT* vr = vh + (j0 + j) * s.kv_pos + d0;
+      __m256 p[NQ];
+      for (int q = 0; q < NQ; ++q) p[q] = _mm256_set1_ps(scores[q * row + j]);
+      for (int c = 0; c < width; ++c) {
+        const __m256 vv = load8(vr + 8 * c);
+        for (int q = 0; q < NQ; ++q) acc[q][c] = _mm256_fmadd_ps(p[q], vv, acc[q][c]);
+      }
+    }
+    for (int q = 0; q < NQ; ++q)
+      for (int c = 0; c < width; ++c) _mm256_storeu_ps(a[q] + d0 + 8 * c, acc[q][c]);
+  }
+}
+
+// Up to kGroup queries over one chunk, in groups of 2 and one alone when odd.
+constexpr int kGroup = 2;
+
+template <typename QT, typename KT>
+inline void chunk_partials_any(int nq, const QT* const* qs, const KT* kh, const KT* vh, const Shape& s, int64_t j0,
+                               int64_t j1, float* scores, float* qf, float* const* a, float* m, float* l) {
+  if (nq == 2) chunk_partials<2>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l);
+  else chunk_partials<1>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l);
+}
+
+// q [Q, H, D] rows (strided), k/v [KVH, L, D] (strided), out [Q, H, D] contiguous.
+template <typename QT, typename KT>
+void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
+  const int64_t group = s.H / s.KVH, D = s.D;
+  // Chunks 0 .. shared_chunks - 1 are whole for every row (row 0 sees the fewest keys); their
+  // partials, partial[i][h][c] = (m, l, a[D]), come from pass 1. A row's later chunks (the last,
+  // partly visible ones) are computed in the merge pass.
+  const int64_t stride = D + 2;
+  const int64_t shared_chunks = s.visible(0) / kChunk;
+  const int64_t row = kChunk + 8;
+  // Not zeroed: pass 1 writes every entry pass 2 reads.
+  std::unique_ptr<float[]> partial(new float[static_cast<size_t>(std::max<int64_t>(1, s.Q * s.H * shared_chunks * stride))]);
+  auto slot = [&](int64_t i, int64_t h, int64_t c) { return partial.get() + ((i * s.H + h) * shared_chunks + c) * stride; };
+  // Pass 1: the chunks every row sees whole, cut by (KV head, chunk): each unit reads its keys
+  // and values once for every query head of the group and every row, kGroup queries at a time.
+  at::parallel_for(0, s.KVH * shared_chunks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(kGroup * row), qf(kGroup * D);
+    for (int64_t u = begin; u < end; ++u) {
+      const int64_t g = u / shared_chunks, c = u % shared_chunks;
+      const KT* kh = k + g * s.kv_head;
+      const KT* vh = v + g * s.kv_head;
+      const int64_t total = s.Q * group;  // (row, head) pairs of this KV head
+      for (int64_t t = 0; t < total; t += kGroup) {
+        const int nq = static_cast<int>(std::min<int64_t>(kGroup, total - t));
+        const QT* qs[kGroup];
+        float* as[kGroup];
+        float ms[kGroup], ls[kGroup];
+        for (int n = 0; n < nq; ++n) {
+          const int64_t i = (t + n) / group, h = g * group + (t + n) % group;
+          qs[n] = q + i * s.q_row + h * s.q_head;
+          as[n] = slot(i, h, c) + 2;
+        }
+        chunk_partials_any(nq, qs, kh, vh, s, c * kChunk, (c + 1) * kChunk, scores.data(), qf.data(), as, ms, ls);
+        for (int n = 0; n < nq; ++n) {
+          const int64_t i = (t + n) / group, h = g * group + (t + n) % group;
+          slot(i, h, c)[0] = ms[n], slot(i, h, c)[1] = ls[n];
+        }
+      }
+    }
+  });
+  // Pass 2: per (row, pair of heads of one KV group), the remaining chunks (the last, partly
+  // visible ones: the heads of a row see the same keys), merged with the shared partials in
+  // chunk order, each head alone.
+  const int64_t pairs_per_group = (group + kGroup - 1) / kGroup;
+  at::parallel_for(0, s.Q * s.KVH * pairs_per_group, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores(kGroup * row), qf(kGroup * D), a(kGroup * D), acc(kGroup * D);
+    for (int64_t idx = begin; idx < end; ++idx) {
+      const int64_t i = idx / (s.KVH * pairs_per_group), rest = idx % (s.KVH * pairs_per_group);
+      const int64_t g = rest / pairs_per_group, h0 = g * group + (rest % pairs_per_group) * kGroup;
+      const int nq = static_cast<int>(std::min<int64_t>(kGroup, (g + 1) * group - h0));
+      const int64_t visible = s.visible(i);
+      const int64_t own_chunks = (visible + kChunk - 1) / kChunk;
+      const KT* kh = k + g * s.kv_head;
+      const KT* vh = v + g * s.kv_head;
+      const QT* qs[kGroup];
+      float* as[kGroup];
+      float M[kGroup], Lsum[kGroup];
+      for (int n = 0; n < nq; ++n) qs[n] = q + i * s.q_row + (h0 + n) * s.q_head, as[n] = a.data() + n * D;
+      for (int64_t c = 0; c < own_chunks; ++c) {
+        float m[kGroup], l[kGroup];
+        const float* pa[kGroup];
+        if (c < shared_chunks) {
+          for (int n = 0; n < nq; ++n) {
+            const float* p = slot(i, h0 + n, c);
+            m[n] = p[0], l[n] = p[1], pa[n] = p + 2;
+          }
+        } else {
+          chunk_partials_any(nq, qs, kh, vh, s, c * kChunk, std::min(visible, (c + 1) * kChunk), scores.data(), qf.data(),
+                             as, m, l);
+          for (int n = 0; n < nq; ++n) pa[n] = as[n];
+        }
+        for (int n = 0; n < nq; ++n) {
+          float* acc_n = acc.data() + n * D;
+          if (c == 0) {
+            M[n] = m[n], Lsum[n] = l[n];
+            for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(acc_n + d, _mm256_loadu_ps(pa[n] + d));
+            continue;
+          }
+          const float Mn = std::max(M[n], m[n]);
+          const float ea = std::exp(M[n] - Mn), eb = std::exp(m[n] - Mn);
+          Lsum[n] = Lsum[n] * ea + l[n] * eb;
+          const __m256 va = _mm256_set1_ps(ea), vb = _mm256_set1_ps(eb);
+          for (int64_t d = 0; d < D; d += 8) {
+            const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(acc_n + d), va);
+            _mm256_storeu_ps(acc_n + d, _mm256_fmadd_ps(_mm256_loadu_ps(pa[n] + d), vb, x));
+          }
+          M[n] = Mn;
+        }
+      }
+      for (int n = 0; n < nq; ++n) {
+        const __m256 inv = _mm256_set1_ps(1.0f / Lsum[n]);
+        const float* acc_n = acc.data() + n * D;
+        QT* o = out + (i * s.H + h0 + n) * D;
+        for (int64_t d = 0; d < D; d += 8) {
+          alignas(32) float tmp[8];
+          _mm256_store_ps(tmp, _mm256_mul_ps(_mm256_loadu_ps(acc_n + d), inv));
+          for (int c = 0; c < 8; ++c) o[d + c] = static_cast<QT>(tmp[c]);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace tandem_attention
