@@ -131,6 +131,18 @@ class Transcript(QTextBrowser):
         self._frozen_text = ""
         self._tail_pos = 0  # where the unfinished last block's rendering starts
         self.tooltips: dict[int, str] = {}
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Lay out one turn of each kind before the window shows. Qt's first layout of frames,
+        pre-wrapped text and a code block's table in a process costs ~30 ms more than any later
+        one: paid here, while the window is being built, rather than as a stall when the first
+        message (a pasted file, say) is sent."""
+        reply = "A reply with `code`:\n\n```\ndef f(x):\n    return x + 1\n```\n\n| a | b |\n|---|---|\n| 1 | 2 |"
+        self.render_turns([{"role": "user", "content": "def f(x):\n    return x\n"},
+                           {"role": "assistant", "content": reply, "stats": "warm-up"}])
+        self.document().size()  # the layout itself
+        self.clear()
 
     def loadResource(self, kind, url):  # noqa: N802 (Qt's name)
         """No resource is read (the document answers itself first; this is for any other caller)."""
