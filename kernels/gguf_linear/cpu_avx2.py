@@ -35,3 +35,8 @@ def gguf_isa() -> str:
 def gguf_allow_vnni(on: bool) -> None:
     """Allow the AVX-512 VNNI tiles where the CPU has them (tests run both on one machine)."""
     _module().gguf_allow_vnni(on)
+
+
+def gguf_allow_prefill(on: bool) -> None:
+    """Allow the VNNI tiles of 16 weight rows for many input rows (tests compare their bits)."""
+    _module().gguf_allow_prefill(on)

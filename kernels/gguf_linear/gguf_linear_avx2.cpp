@@ -11,6 +11,7 @@
 #include "gguf_inputs.h"
 #include "gguf_formats_avx2.h"
 #include "gguf_formats_vnni.h"
+#include "gguf_prefill_vnni.h"
 
 namespace tandem_gguf {
 
@@ -20,6 +21,18 @@ inline bool& vnni_enabled() {
 }
 
 inline bool use_vnni() { return vnni_enabled() && tandem_avx2::cpu_has_avx512_vnni(); }
+
+// The tiles of 16 weight rows for many input rows (gguf_prefill_vnni.h); tests turn them off to
+// compare their bits with the tiles of 8.
+inline bool& prefill_enabled() {
+  static bool on = true;
+  return on;
+}
+
+// Whether M input rows on the VNNI tiles take the prefill tiles for ``qtype``.
+inline bool use_prefill(bool vnni, int64_t qtype, int64_t M) {
+  return vnni && prefill_enabled() && M >= tandem_gguf_vnni::kPrefillRows && tandem_gguf_vnni::prefill_type(qtype);
+}
 
 torch::Tensor linear(torch::Tensor x, torch::Tensor raw, int64_t qtype, int64_t N, int64_t K, c10::optional<torch::Tensor> bias) {
   const bool kquant = qtype == Q4_K || qtype == Q5_K || qtype == Q6_K;
@@ -42,10 +55,17 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor raw, int64_t qtype, int64_t 
   }
   Inputs in;
   const bool vnni = use_vnni();
-  quantize_inputs(xf.data_ptr<float>(), M, K, QB, in, vnni && (qtype == Q4_K || qtype == Q5_K));
-  const bool done = vnni
-      ? tandem_gguf_vnni::dispatch(qtype, tandem_gguf_vnni::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N}, M)
-      : tandem_gguf_avx2::dispatch(qtype, tandem_gguf_avx2::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N}, M);
+  const bool prefill = use_prefill(vnni, qtype, M);
+  quantize_inputs(xf.data_ptr<float>(), M, K, QB, in, vnni && !prefill && (qtype == Q4_K || qtype == Q5_K));
+  bool done;
+  if (prefill) {
+    const tandem_gguf_vnni::Job job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N};
+    done = tandem_gguf_vnni::prefill_group(&job, &qtype, 1, M);
+  } else {
+    done = vnni
+        ? tandem_gguf_vnni::dispatch(qtype, tandem_gguf_vnni::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N}, M)
+        : tandem_gguf_avx2::dispatch(qtype, tandem_gguf_avx2::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N}, M);
+  }
   TORCH_CHECK(done, "gguf linear: unsupported type ", qtype);
   return out.to(x.scalar_type()).reshape(out_shape);
 }
@@ -97,12 +117,15 @@ torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std
   auto out = torch::empty({M, total}, xf.options());
   if (M == 0 || total == 0) return out.to(x.scalar_type()).reshape(out_shape);
   const bool vnni = use_vnni();
-  // The input layouts the weights read: per 256 values (interleaved for VNNI Q4_K / Q5_K) or 32.
+  bool prefill = false;  // any weight on the prefill tiles: then all of them run in their region
+  for (size_t j = 0; j < count; ++j) prefill = prefill || use_prefill(vnni, qtypes[j], M);
+  // The input layouts the weights read: per 256 values (interleaved for VNNI Q4_K / Q5_K on the
+  // tiles of 8) or 32.
   Inputs layouts[3];
   bool made[3] = {false, false, false};
   std::vector<const Inputs*> inputs(count);
   for (size_t j = 0; j < count; ++j) {
-    const bool interleave = vnni && (qtypes[j] == Q4_K || qtypes[j] == Q5_K);
+    const bool interleave = vnni && (qtypes[j] == Q5_K || (qtypes[j] == Q4_K && !prefill));
     const int which = is_kquant(qtypes[j]) ? (interleave ? 0 : 1) : 2;
     if (!made[which]) {
       quantize_inputs(xf.data_ptr<float>(), M, K, which == 2 ? 32 : 256, layouts[which], interleave);
@@ -110,7 +133,9 @@ torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std
     }
     inputs[j] = &layouts[which];
   }
-  const bool done = vnni
+  const bool done = prefill
+      ? run_jobs<tandem_gguf_vnni::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_vnni::prefill_group)
+      : vnni
       ? run_jobs<tandem_gguf_vnni::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_vnni::run_group)
       : run_jobs<tandem_gguf_avx2::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_avx2::run_group);
   TORCH_CHECK(done, "gguf linear group: a type these tiles do not cover");
@@ -130,4 +155,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "which tiles run: avx512_vnni or avx2");
   m.def("gguf_allow_vnni", [](bool on) { tandem_gguf::vnni_enabled() = on; },
         "allow the AVX-512 VNNI tiles where the CPU has them (tests compare both on one machine)");
+  m.def("gguf_allow_prefill", [](bool on) { tandem_gguf::prefill_enabled() = on; },
+        "allow the VNNI tiles of 16 weight rows for many input rows (tests compare their bits)");
 }
