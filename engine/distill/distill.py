@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import itertools
 import random
 import time
 from collections import Counter
