@@ -8,7 +8,7 @@ from __future__ import annotations
 from kernels.attention import reference
 from kernels.backends import CpuBackends, package_api
 
-backends = CpuBackends("attention", reference, "attention")
+backends = CpuBackends("attention", reference, "attention", isa="attention_isa")
 available_backends, active_backend, fast_backend, use_backend = package_api(__name__)
 
 

@@ -41,6 +41,26 @@ inline __m128 hsum4(const __m256 s[4]) {
   return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
 }
 
+// Each query's scores (rows of ``scores``, ``padded`` of them, -inf past the chunk's keys) ->
+// exp(s - m) in place, with m = their max and l = the sum of the exponentials, 8 at a time.
+inline void softmax_partials(int nq, float* scores, int64_t row, int64_t padded, float* m_out, float* l_out) {
+  for (int q = 0; q < nq; ++q) {
+    float* sc = scores + q * row;
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < padded; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(sc + j));
+    const float m = hmax(mv);
+    mv = _mm256_set1_ps(m);
+    __m256 sum8 = _mm256_setzero_ps();
+    for (int64_t j = 0; j < padded; j += 8) {
+      const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv));
+      _mm256_storeu_ps(sc + j, e);
+      sum8 = _mm256_add_ps(sum8, e);
+    }
+    m_out[q] = m;
+    l_out[q] = hsum(sum8);
+  }
+}
+
 // NQ query vectors (heads of one KV group, rows that see the same keys) against one chunk of
 // keys [j0, j1): each key and value row is loaded (and widened from 16 bits) once for all NQ,
 // and every query's arithmetic is the one a query computed alone does (its FMAs in the same
@@ -87,21 +107,7 @@ inline void chunk_partials(const QT* const* qs, const KT* kh, const KT* vh, cons
       _mm_storeu_ps(scores + q * row + j, x);
     }
   }
-  for (int q = 0; q < NQ; ++q) {
-    float* sc = scores + q * row;
-    __m256 mv = _mm256_set1_ps(-INFINITY);
-    for (int64_t j = 0; j < padded; j += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(sc + j));
-    const float m = hmax(mv);
-    mv = _mm256_set1_ps(m);
-    __m256 sum8 = _mm256_setzero_ps();
-    for (int64_t j = 0; j < padded; j += 8) {
-      const __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv));
-      _mm256_storeu_ps(sc + j, e);
-      sum8 = _mm256_add_ps(sum8, e);
-    }
-    m_out[q] = m;
-    l_out[q] = hsum(sum8);
-  }
+  softmax_partials(NQ, scores, row, padded, m_out, l_out);
   // Values key by key (rows of V are contiguous), 4 vectors of head_dim for every query at a
   // time: each output element is its queries' sum over the keys in key order.
   for (int64_t d0 = 0; d0 < D; d0 += 32) {
@@ -123,12 +129,107 @@ inline void chunk_partials(const QT* const* qs, const KT* kh, const KT* vh, cons
   }
 }
 
-// Up to kGroup queries over one chunk, in groups of 2 and one alone when odd.
-constexpr int kGroup = 2;
+// The same partials 16 lanes at a time, where the CPU has AVX-512 (and head_dim is a multiple
+// of 16): half the multiply-adds for the scores and the values, which bind a verification over a
+// long cache (its rows' keys and values come from L2 once per pair of queries). Its own fixed
+// reduction tree (each score's 16 lanes folded to 8, then hsum4), so its bits differ from the
+// 8-lane tiles' but not between calls: a process uses one tile set for every row it computes.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")
+
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const at::BFloat16* p) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+inline __m512 load16(const at::Half* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+
+inline __m256 fold16(__m512 x) {
+  return _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1));
+}
+
+template <int NQ, typename QT, typename KT>
+__attribute__((noinline)) void chunk_partials16(const QT* const* qs, const KT* kh, const KT* vh, const Shape& s, int64_t j0,
+                                                int64_t j1, float* scores, float* qf, float* const* a, float* m_out, float* l_out) {
+  const int64_t D = s.D, n = j1 - j0, row = kChunk + 8;
+  const __m512 scale = _mm512_set1_ps(s.scaling);
+  for (int q = 0; q < NQ; ++q)
+    for (int64_t d = 0; d < D; d += 16) _mm512_storeu_ps(qf + q * D + d, _mm512_mul_ps(load16(qs[q] + d), scale));
+  const int64_t padded = (n + 7) & ~int64_t(7);
+  for (int64_t j = 0; j < padded; j += 4) {
+    __m512 acc[NQ][4];
+    for (int q = 0; q < NQ; ++q)
+      for (int c = 0; c < 4; ++c) acc[q][c] = _mm512_setzero_ps();
+    const int64_t here = std::max<int64_t>(0, std::min<int64_t>(4, n - j));
+    for (int64_t d = 0; d < D; d += 16) {
+      for (int c = 0; c < here; ++c) {
+        const __m512 kv = load16(kh + (j0 + j + c) * s.kv_pos + d);
+        for (int q = 0; q < NQ; ++q) acc[q][c] = _mm512_fmadd_ps(_mm512_loadu_ps(qf + q * D + d), kv, acc[q][c]);
+      }
+    }
+    for (int q = 0; q < NQ; ++q) {
+      const __m256 folded[4] = {fold16(acc[q][0]), fold16(acc[q][1]), fold16(acc[q][2]), fold16(acc[q][3])};
+      __m128 x = hsum4(folded);
+      if (here < 4) {  // keys past the chunk's end: -inf, whose exp is 0
+        alignas(16) float tmp[4];
+        _mm_store_ps(tmp, x);
+        for (int c = static_cast<int>(here); c < 4; ++c) tmp[c] = -INFINITY;
+        x = _mm_load_ps(tmp);
+      }
+      _mm_storeu_ps(scores + q * row + j, x);
+    }
+  }
+  softmax_partials(NQ, scores, row, padded, m_out, l_out);
+  for (int64_t d0 = 0; d0 < D; d0 += 64) {
+    const int width = static_cast<int>(std::min<int64_t>(64, D - d0) / 16);
+    __m512 acc[NQ][4];
+    for (int q = 0; q < NQ; ++q)
+      for (int c = 0; c < 4; ++c) acc[q][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; ++j) {
+      const KT* vr = vh + (j0 + j) * s.kv_pos + d0;
+      __m512 p[NQ];
+      for (int q = 0; q < NQ; ++q) p[q] = _mm512_set1_ps(scores[q * row + j]);
+      for (int c = 0; c < width; ++c) {
+        const __m512 vv = load16(vr + 16 * c);
+        for (int q = 0; q < NQ; ++q) acc[q][c] = _mm512_fmadd_ps(p[q], vv, acc[q][c]);
+      }
+    }
+    for (int q = 0; q < NQ; ++q)
+      for (int c = 0; c < width; ++c) _mm512_storeu_ps(a[q] + d0 + 16 * c, acc[q][c]);
+  }
+}
+
+#pragma GCC pop_options
+
+// Whether the 16-lane partials run: where the CPU has the AVX-512 tile set the other kernels use
+// (AVX-512 with VNNI) and TANDEM_AVX512 does not turn it off (tests switch it to compare both on
+// one machine).
+inline bool& avx512_enabled() {
+  static bool on = tandem_avx2::avx512_allowed_by_env() && tandem_avx2::cpu_has_avx512_vnni();
+  return on;
+}
+
+// Queries sharing each loaded key and value: 2 in the 8-lane partials (16 registers), up to 6
+// in the 16-lane ones (32 registers: a grouped-query model's 6 heads of one KV head at once, so
+// a chunk's keys and values pass from L2 a third as often). kMaxGroup sizes the buffers.
+constexpr int kMaxGroup = 6;
+
+inline bool sixteen_lanes(const Shape& s) { return avx512_enabled() && s.D % 16 == 0; }
+inline int query_group(const Shape& s) { return sixteen_lanes(s) ? 6 : 2; }
 
 template <typename QT, typename KT>
 inline void chunk_partials_any(int nq, const QT* const* qs, const KT* kh, const KT* vh, const Shape& s, int64_t j0,
                                int64_t j1, float* scores, float* qf, float* const* a, float* m, float* l) {
+  if (sixteen_lanes(s)) {
+    switch (nq) {
+      case 6: chunk_partials16<6>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+      case 5: chunk_partials16<5>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+      case 4: chunk_partials16<4>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+      case 3: chunk_partials16<3>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+      case 2: chunk_partials16<2>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+      default: chunk_partials16<1>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+    }
+  }
   if (nq == 2) chunk_partials<2>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l);
   else chunk_partials<1>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l);
 }
@@ -137,6 +238,7 @@ inline void chunk_partials_any(int nq, const QT* const* qs, const KT* kh, const 
 template <typename QT, typename KT>
 void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
   const int64_t group = s.H / s.KVH, D = s.D;
+  const int kGroup = query_group(s);
   // Chunks 0 .. shared_chunks - 1 are whole for every row (row 0 sees the fewest keys); their
   // partials, partial[i][h][c] = (m, l, a[D]), come from pass 1. A row's later chunks (the last,
   // partly visible ones) are computed in the merge pass.
@@ -149,7 +251,7 @@ void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
   // Pass 1: the chunks every row sees whole, cut by (KV head, chunk): each unit reads its keys
   // and values once for every query head of the group and every row, kGroup queries at a time.
   at::parallel_for(0, s.KVH * shared_chunks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(kGroup * row), qf(kGroup * D);
+    std::vector<float> scores(kMaxGroup * row), qf(kMaxGroup * D);
     for (int64_t u = begin; u < end; ++u) {
       const int64_t g = u / shared_chunks, c = u % shared_chunks;
       const KT* kh = k + g * s.kv_head;
@@ -157,9 +259,9 @@ void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
       const int64_t total = s.Q * group;  // (row, head) pairs of this KV head
       for (int64_t t = 0; t < total; t += kGroup) {
         const int nq = static_cast<int>(std::min<int64_t>(kGroup, total - t));
-        const QT* qs[kGroup];
-        float* as[kGroup];
-        float ms[kGroup], ls[kGroup];
+        const QT* qs[kMaxGroup];
+        float* as[kMaxGroup];
+        float ms[kMaxGroup], ls[kMaxGroup];
         for (int n = 0; n < nq; ++n) {
           const int64_t i = (t + n) / group, h = g * group + (t + n) % group;
           qs[n] = q + i * s.q_row + h * s.q_head;
@@ -178,7 +280,7 @@ void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
   // chunk order, each head alone.
   const int64_t pairs_per_group = (group + kGroup - 1) / kGroup;
   at::parallel_for(0, s.Q * s.KVH * pairs_per_group, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores(kGroup * row), qf(kGroup * D), a(kGroup * D), acc(kGroup * D);
+    std::vector<float> scores(kMaxGroup * row), qf(kMaxGroup * D), a(kMaxGroup * D), acc(kMaxGroup * D);
     for (int64_t idx = begin; idx < end; ++idx) {
       const int64_t i = idx / (s.KVH * pairs_per_group), rest = idx % (s.KVH * pairs_per_group);
       const int64_t g = rest / pairs_per_group, h0 = g * group + (rest % pairs_per_group) * kGroup;
@@ -187,13 +289,13 @@ void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
       const int64_t own_chunks = (visible + kChunk - 1) / kChunk;
       const KT* kh = k + g * s.kv_head;
       const KT* vh = v + g * s.kv_head;
-      const QT* qs[kGroup];
-      float* as[kGroup];
-      float M[kGroup], Lsum[kGroup];
+      const QT* qs[kMaxGroup];
+      float* as[kMaxGroup];
+      float M[kMaxGroup], Lsum[kMaxGroup];
       for (int n = 0; n < nq; ++n) qs[n] = q + i * s.q_row + (h0 + n) * s.q_head, as[n] = a.data() + n * D;
       for (int64_t c = 0; c < own_chunks; ++c) {
-        float m[kGroup], l[kGroup];
-        const float* pa[kGroup];
+        float m[kMaxGroup], l[kMaxGroup];
+        const float* pa[kMaxGroup];
         if (c < shared_chunks) {
           for (int n = 0; n < nq; ++n) {
             const float* p = slot(i, h0 + n, c);

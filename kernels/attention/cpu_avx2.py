@@ -15,3 +15,13 @@ available, _module = avx2_extension("tandem_attention_avx2", lambda: SOURCE, ext
 
 def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, scaling: float) -> torch.Tensor:
     return _module().causal_attention(query, key, value, scaling)
+
+
+def attention_isa() -> str:
+    """Which partials run: "avx512_vnni" (16 lanes, where the CPU has AVX-512) or "avx2"."""
+    return _module().attention_isa()
+
+
+def attention_allow_avx512(on: bool) -> None:
+    """Allow the 16-lane partials where the CPU has AVX-512 (tests run both on one machine)."""
+    _module().attention_allow_avx512(on)

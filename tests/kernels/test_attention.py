@@ -4,14 +4,16 @@ import torch
 
 from kernels import attention
 from kernels.attention import reference
+from tests.kernels.isa import kernel_in_use, kernel_params
 
 
-@pytest.fixture(params=attention.available_backends())
+@pytest.fixture(params=kernel_params(attention.available_backends()))
 def backend(request):
-    before = attention.active_backend()
-    attention.use_backend(request.param)
-    yield request.param
-    attention.use_backend(before)  # what the import chose, so later tests see the real backend
+    """Each backend, the compiled one on each tile set this CPU has ("cpu_avx2": 8-lane partials,
+    "cpu_avx2/avx512_vnni": 16-lane ones); afterwards what the import chose, so later tests see
+    the real backend."""
+    with kernel_in_use(attention, request.param, "attention_isa", "attention_allow_avx512") as param:
+        yield param.partition("/")[0]
 
 
 def _qkv(heads, kv_heads, rows, length, dim, dtype, seed=0):
