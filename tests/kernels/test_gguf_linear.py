@@ -223,14 +223,14 @@ def test_a_group_of_weights_in_one_call_gives_each_weights_reference_bits(kernel
 def test_prompt_chunks_give_the_bits_of_one_row_at_a_time(kernel, qtype):
     """Many rows at once (a prefill chunk: on VNNI, tiles of 16 weight rows, each block laid out
     once for all rows) give each row the bits it gets alone, for row counts on both sides of
-    where those tiles take over and with a partial last tile of weight rows; alone and in a
+    where those tiles take over (6) and with a partial last tile of weight rows; alone and in a
     group beside a type those tiles do not cover."""
     n, k = 37, 768
     raw = random_raw(qtype, n, k, seed=int(qtype))
     w = gguf_linear.prepare(raw, qtype, n, k)
     x, bias = _inputs(70, k, seed=11), torch.randn(n)
     alone = torch.cat([gguf_linear.linear(x[i : i + 1], w, bias) for i in range(70)])
-    for m in (11, 12, 13, 16, 33, 70):
+    for m in (5, 6, 7, 11, 12, 13, 16, 33, 70):
         assert torch.equal(gguf_linear.linear(x[:m], w, bias), alone[:m]), m
     assert torch.equal(gguf_linear.linear(x[:20], w), reference.linear(x[:20], raw, qtype, n, k))
     other = gguf_linear.prepare(random_raw(T.Q5_K, 9, k, seed=2), T.Q5_K, 9, k)
