@@ -1,8 +1,9 @@
 // y = x . W^T (+ b) on a GGUF file's own blocks (Q4_0 .. Q8_0, Q4_K, Q5_K, Q6_K), reference.py's
 // contract bit for bit: x quantized per block to int8 (gguf_inputs.h), exact int32 sums per
 // block (gguf_formats_*.h), the fp32 steps per block in order, 8 weight rows at once
-// (gguf_tiles.h). A row's bits never depend on how many rows share the call, nor on which
-// tile set runs. Compiled with -ffp-contract=off: a fused multiply-add would round once where
+// (gguf_tiles.h), or on AVX-512 VNNI 16 at once for Q4_K / Q6_K against 6 or more input rows
+// (gguf_prefill_vnni.h). A row's bits never depend on how many rows share the call, nor on
+// which tiles run. Compiled with -ffp-contract=off: a fused multiply-add would round once where
 // the contract (and torch) rounds twice.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
