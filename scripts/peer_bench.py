@@ -14,7 +14,7 @@ For every prompt, in this order: Tandem's plain and speculative decoding of the 
 Tandem's int4 precision on the converted target, each prompt followed by one more llama-bench
 run. All figures are decode rates (tokens over the time after the prompt's prefill), both threads
 counts the same (--threads, default 2; Tandem gives threads up to cores other programs keep busy
-unless --fixed-threads, llama.cpp keeps its -t). --background-load / --memory-pressure run both
+unless --fixed-threads, llama.cpp keeps its -t). --background-load / --memory-pressure / --memory-left run both
 engines beside busy threads or held RAM, started once the models are loaded.
 """
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -38,7 +39,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--llama-cpp", default=os.environ.get("LLAMA_CPP_BUILD"),
                    help="llama.cpp build folder holding bin/llama-bench and bin/llama-speculative-simple (default: $LLAMA_CPP_BUILD)")
-    p.add_argument("--draft-max", type=int, nargs="+", default=[3, 5, 8], help="llama.cpp's --spec-draft-n-max settings to try")
+    p.add_argument("--draft-max", type=int, nargs="+", default=[3, 5, 8], help="llama.cpp's --spec-draft-n-max settings to try (0: none; its"
+                   " speculative binary allocates a second model's buffers, which --memory-left may not leave room for)")
     p.add_argument("--repeats", type=int, default=1, help="runs of each measurement per prompt (medians reported)")
     p.add_argument("--threads", type=int, default=2, help="CPU threads for both engines")
     p.add_argument("--prompts", default=str(RESOURCES / "prompts" / "bench.jsonl"))
@@ -59,10 +61,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="N busy threads in a child process while both engines run (a busy machine; default 0)")
     p.add_argument("--memory-pressure", type=float, default=0.0, metavar="GB",
                    help="a child process holding this much RAM while both engines run (less page cache; default 0)")
+    p.add_argument("--memory-left", type=float, default=None, metavar="GB",
+                   help="a child process taking all the RAM available once the models load but this much, while both"
+                        " engines run (with a few hundred MB left, pages of the model's file are dropped and read back)")
     p.add_argument("--json", default="peer-llamacpp.json")
     model_options(p)
     p.set_defaults(precision="file", max_new_tokens=96)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.draft_max = [n for n in args.draft_max if n]
+    return args
 
 
 def load_average() -> list[float]:
@@ -88,9 +95,11 @@ class Peer:
         self.rows: dict[str, dict] = {}
 
     def plain(self) -> dict:
+        faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_majflt  # llama-bench's reads of its file from disk
         run, _ = llamacpp.run_plain(self.binaries, self.target, self.args.max_new_tokens, self.args.threads, self.args.repeats,
                                     repack=not self.args.no_repack)
-        return {"tok_per_s": run.tok_per_s, "samples": list(run.samples_tok_per_s), "stddev": run.stddev_tok_per_s,
+        faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_majflt - faults
+        return {"tok_per_s": run.tok_per_s, "major_faults": faults, "samples": list(run.samples_tok_per_s), "stddev": run.stddev_tok_per_s,
                 "cpu_info": run.cpu_info, "build_commit": run.build_commit, "build_number": run.build_number,
                 "model_type": run.model_type}
 
@@ -116,7 +125,8 @@ class Peer:
                 peer["speculative"] = self.speculative(chat_text(session, prompts[row["id"]]["prompt"]))
             self.rows[row["id"]] = peer
             spec = peer.get("speculative", {})
-            print(f"{'':<14} llama.cpp plain {peer['plain']['tok_per_s']:5.2f} tok/s"
+            faults = f" ({peer['plain']['major_faults']} disk page faults)" if peer["plain"]["major_faults"] else ""
+            print(f"{'':<14} llama.cpp plain {peer['plain']['tok_per_s']:5.2f} tok/s{faults}"
                   + "".join(f"  spec@{n} {s['decode_tok_per_s']:5.2f} (acc {s['acceptance']:.2f})" for n, s in spec.items())
                   + f"  load {load_average()[0]:.2f}", flush=True)
         return on_report
@@ -243,10 +253,11 @@ def main(argv=None) -> int:
     print(f"Tandem kernels: {record['tandem_kernels']['report']}", flush=True)
     peer = Peer(binaries, Path(args.target), peer_drafter, args)
     # The same load for both engines: started after the models load, stopped after the last run.
-    load = BackgroundLoad(threads=args.background_load, memory_gb=args.memory_pressure)
+    load = BackgroundLoad(threads=args.background_load, memory_gb=args.memory_pressure, memory_left_gb=args.memory_left)
     with load:
-        file_report, file_peer = tandem_phase(session, prompts, peer, args, with_speculation=True)
+        file_report, file_peer = tandem_phase(session, prompts, peer, args, with_speculation=bool(args.draft_max))
         record["background_load"] = load.describe() if load.active else None
+        load_text = load.text()
     record["file"] = {"tandem": file_report, "llamacpp": file_peer, "summary": summarize(file_report, file_peer, args.draft_max)}
     record["goals"] = goals(record["file"]["summary"])
     write_json_atomically(out, record)
@@ -257,7 +268,7 @@ def main(argv=None) -> int:
         args.target = args.int4_target or str(default_pair.prepare(default_pair.TARGET))
         args.precision = "int4"
         session = load_session(args)
-        with BackgroundLoad(threads=args.background_load, memory_gb=args.memory_pressure):
+        with BackgroundLoad(threads=args.background_load, memory_gb=args.memory_pressure, memory_left_gb=args.memory_left):
             int4_report, int4_peer = tandem_phase(session, prompts, peer, args, with_speculation=False)
         record["int4"] = {"tandem": int4_report, "llamacpp": int4_peer, "summary": summarize(int4_report, int4_peer, args.draft_max)}
         del session
@@ -266,7 +277,7 @@ def main(argv=None) -> int:
     record["load_average_after"] = load_average()
     write_json_atomically(out, record)
     if record.get("background_load"):
-        print(f"background load while both ran: {record['background_load']}")
+        print(f"background load while both ran: {load_text}\n  {record['background_load']}")
     print(f"\nCPU {record['cpu']}, {args.threads} threads; load average before {record['load_average_before']}, after {record['load_average_after']}")
     print(f"llama.cpp CPU features: {' '.join(record['llamacpp']['cpu_features'])}")
     print(f"Tandem kernels: {record['tandem_kernels']['report']}")

@@ -7,7 +7,11 @@ it. ``BackgroundLoad`` starts, for the length of a ``with`` block:
   with BLAS held to one thread, so each thread is one busy core; a pure-Python loop where numpy
   is missing). They are pinned to nothing: the scheduler shares the cores with the timed runs.
 - a child holding ``memory_gb`` GB of RAM, every page written once, so the page cache (the
-  memory-mapped weights of a GGUF target among it) has that much less room.
+  memory-mapped weights of a GGUF target among it) has that much less room. Or, with
+  ``memory_left_gb``, a child sized when the load starts to take all the memory the system
+  reports available but that much: a fixed size is harmless on a machine with RAM to spare and
+  the OOM killer's on a small one, where leaving a few hundred MB makes the kernel drop pages
+  of the running model's file, which must then be read back from disk as it computes.
 
 Both children are stopped when the block ends, however it ends (an exception, Ctrl-C): SIGTERM,
 then SIGKILL after a timeout. They also end themselves when the parent dies without stopping them
@@ -110,12 +114,19 @@ class BackgroundLoad:
     """``with BackgroundLoad(threads=2, memory_gb=4) as load:`` the load runs inside the block.
     ``describe()`` says what ran (and the CPU time the busy threads have used so far)."""
 
-    def __init__(self, threads: int = 0, memory_gb: float = 0.0, ready_timeout: float = 120.0, stop_timeout: float = 5.0):
+    def __init__(self, threads: int = 0, memory_gb: float = 0.0, ready_timeout: float = 120.0, stop_timeout: float = 5.0,
+                 memory_left_gb: float | None = None):
         if threads < 0:
             raise ValueError(f"background threads must be >= 0, not {threads}")
         if memory_gb < 0:
             raise ValueError(f"memory pressure must be >= 0 GB, not {memory_gb}")
-        self.threads, self.memory_gb = threads, memory_gb
+        if memory_left_gb is not None:
+            if memory_gb:
+                raise ValueError("give the memory to hold (memory_gb) or the memory to leave (memory_left_gb), not both")
+            if not memory_left_gb >= 0:
+                raise ValueError(f"the memory to leave must be >= 0 GB, not {memory_left_gb}")
+        self.threads, self.memory_gb, self.memory_left_gb = threads, memory_gb, memory_left_gb
+        self.available_at_start_gb: float | None = None
         self.ready_timeout, self.stop_timeout = ready_timeout, stop_timeout
         self.cpu: subprocess.Popen | None = None
         self.memory: subprocess.Popen | None = None
@@ -125,7 +136,7 @@ class BackgroundLoad:
 
     @property
     def active(self) -> bool:
-        return bool(self.threads or self.memory_gb)
+        return bool(self.threads or self.memory_gb or self.memory_left_gb is not None)
 
     @property
     def children(self) -> list[subprocess.Popen]:
@@ -153,6 +164,11 @@ class BackgroundLoad:
 
     def start(self) -> "BackgroundLoad":
         try:
+            if self.memory_left_gb is not None:
+                import psutil
+
+                self.available_at_start_gb = psutil.virtual_memory().available / 1e9
+                self.memory_gb = round(max(0.0, self.available_at_start_gb - self.memory_left_gb), 3)
             if self.memory_gb:  # first: the memory is held before the busy threads compete with it
                 self.memory = self._spawn("memory", self.memory_gb)
                 self._wait_ready(self.memory, "memory")
@@ -197,9 +213,31 @@ class BackgroundLoad:
         cpu = cpu - self._cpu_at_start if cpu is not None else None
         rss = self._memory_rss()
         return {"threads": self.threads, "memory_gb": self.memory_gb,
+                "memory_left_gb": self.memory_left_gb, "available_at_start_gb": self.available_at_start_gb,
                 "busy_cpu_seconds": cpu, "wall_seconds": wall,
                 "busy_cores": cpu / wall if cpu is not None and wall else None,
-                "memory_rss_gb": rss / 1e9 if rss is not None else None}
+                "memory_rss_gb": rss / 1e9 if rss is not None else None, "ended_early": self._ended_early()}
+
+    def _ended_early(self) -> dict[str, int]:
+        """Children that exited before the load was stopped, with their exit status: a run measured
+        after that was not under the load asked for (a memory child near the limit may meet the
+        out-of-memory killer, status -9)."""
+        return {kind: proc.returncode for kind, proc in (("cpu", self.cpu), ("memory", self.memory))
+                if proc is not None and proc.poll() is not None}
+
+    def text(self) -> str:
+        """What runs, for a person: busy threads and the memory held (and how it was sized)."""
+        parts = [f"{self.threads} busy thread{'s' if self.threads != 1 else ''}"] if self.threads else []
+        if self.memory_left_gb is not None:
+            held = f"{self.memory_gb:g} GB held" if self.available_at_start_gb is not None else "memory held"
+            parts.append(f"{held} (all but {self.memory_left_gb:g} GB of what was available)")
+        elif self.memory_gb:
+            parts.append(f"{self.memory_gb:g} GB held")
+        ended = self._stopped["ended_early"] if self._stopped is not None else self._ended_early()
+        for kind, status in ended.items():
+            killed = " (killed: the system's out-of-memory killer, most likely)" if status == -9 and kind == "memory" else ""
+            parts.append(f"WARNING: the {kind} child ended early with status {status}{killed}, so later runs were not under this load")
+        return ", ".join(parts) or "none"
 
     def stop(self) -> None:
         """Stops both children (SIGTERM, SIGKILL after ``stop_timeout``) and reaps them; safe to

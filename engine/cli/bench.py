@@ -67,6 +67,8 @@ def run(args) -> int:
         raise InvalidRequest(f"--background-load must be >= 0 busy threads, not {args.background_load}")
     if not args.memory_pressure >= 0:
         raise InvalidRequest(f"--memory-pressure must be >= 0 GB, not {args.memory_pressure}")
+    if args.memory_left is not None and (args.memory_pressure or not args.memory_left >= 0):
+        raise InvalidRequest("--memory-left takes a size >= 0 GB, and not beside --memory-pressure (hold this much, or leave this much)")
     drafter_options(args)
     prompts = select_prompts(read_prompts(args.prompts), args.category, args.limit)
     out = check_writable(Path(args.json))
@@ -91,11 +93,10 @@ def run(args) -> int:
     print(f"CPU kernels: {kernels}", file=sys.stderr)
     if args.mode == "sample" and not args.no_hf:
         print("note: transformers' reference runs are greedy only; a sampled bench skips them", file=sys.stderr)
-    load = BackgroundLoad(args.background_load, args.memory_pressure)
+    load = BackgroundLoad(args.background_load, args.memory_pressure, memory_left_gb=args.memory_left)
     with load if load.active else contextlib.nullcontext():
         if load.active:
-            print(f"background load: {args.background_load} busy threads, {args.memory_pressure:g} GB held"
-                  " (child processes, stopped at the end)", file=sys.stderr)
+            print(f"background load: {load.text()} (child processes, stopped at the end)", file=sys.stderr)
         # Saved after every prompt: a failure (or Ctrl-C) later keeps the results so far.
         report = run_bench(session, prompts, args.max_new_tokens, args.drafter, hf=not args.no_hf, agreement=not args.no_agreement,
                            baseline=baseline, repeats=args.repeats, on_report=lambda r: write_json_atomically(out, r),
@@ -114,7 +115,7 @@ def run(args) -> int:
     if load.active:
         used = report["settings"]["background_load"]
         cores = f"{used['busy_cores']:.2f} cores busy on average" if used.get("busy_cores") is not None else "busy cores unknown"
-        print(f"background load: {args.background_load} threads ({cores}), {args.memory_pressure:g} GB held")
+        print(f"background load: {load.text()} ({cores})")
     for cat, row in report["summary"]["by_category"].items():
         agree = (f"  agreement full {row['agreement_full']:.3f} reduced {row['agreement_reduced']:.3f}"
                  if row["agreement_full"] is not None else "")
@@ -154,5 +155,8 @@ def add_parser(sub) -> None:
                    help="N busy threads in a child process during the timed runs (a busy machine; default 0)")
     p.add_argument("--memory-pressure", type=float, default=0.0, metavar="GB",
                    help="a child process holding this much RAM during the timed runs (less page cache; default 0)")
+    p.add_argument("--memory-left", type=float, default=None, metavar="GB",
+                   help="a child process taking all the RAM available when the timed runs start but this much: with"
+                        " a few hundred MB left the system drops pages of the model's file, read back from disk as it runs")
     model_options(p)
     p.set_defaults(func=run)

@@ -54,6 +54,30 @@ def test_the_memory_child_holds_the_memory_asked_for():
     assert _gone([child.pid])
 
 
+def test_a_load_that_leaves_memory_takes_what_was_available_but_that():
+    # Leave all but ~0.2 GB of what is available now: the child holds what the start measured, less the leave.
+    leave = max(0.0, psutil.virtual_memory().available / 1e9 - 0.2)
+    with BackgroundLoad(memory_left_gb=leave) as load:
+        described = load.describe()
+        rss = [psutil.Process(child.pid).memory_info().rss for child in load.children]
+    expected = round(max(0.0, described["available_at_start_gb"] - leave), 3)
+    assert described["memory_left_gb"] == leave and described["memory_gb"] == expected
+    assert len(rss) == (1 if expected else 0) and all(r >= 0.95 * expected * 1e9 for r in rss), (rss, expected)
+    assert f"all but {leave:g} GB of what was available" in load.text()
+
+
+def test_a_child_that_ends_before_the_load_is_stopped_is_reported():
+    # As the out-of-memory killer ends a memory child: the runs after it were not under the load.
+    with BackgroundLoad(memory_gb=0.05) as load:
+        [child] = load.children
+        assert load.describe()["ended_early"] == {}
+        child.kill()
+        child.wait()
+        described = load.describe()
+    assert described["ended_early"] == {"memory": -9}
+    assert "the memory child ended early with status -9" in load.text() and "out-of-memory" in load.text()
+
+
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_both_children_are_stopped_when_the_block_raises(error):
     with pytest.raises(error):
@@ -123,4 +147,8 @@ def test_bad_load_settings_are_refused():
         BackgroundLoad(threads=-1)
     with pytest.raises(ValueError):
         BackgroundLoad(memory_gb=-0.5)
-    assert not BackgroundLoad().active
+    with pytest.raises(ValueError):
+        BackgroundLoad(memory_left_gb=-1)
+    with pytest.raises(ValueError, match="not both"):
+        BackgroundLoad(memory_gb=1, memory_left_gb=1)
+    assert not BackgroundLoad().active and BackgroundLoad(memory_left_gb=0).active

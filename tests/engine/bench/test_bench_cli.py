@@ -238,6 +238,8 @@ def test_a_bench_under_background_load_records_it(tmp_path):
     (["--mode", "sample", "--temperature", "0"], "temperature must be > 0"),
     (["--background-load", "-1"], "--background-load must be >= 0"),
     (["--memory-pressure", "-2"], "--memory-pressure must be >= 0"),
+    (["--memory-left", "-1"], "--memory-left takes a size >= 0 GB"),
+    (["--memory-left", "1", "--memory-pressure", "2"], "not beside --memory-pressure"),
 ])
 def test_bad_sampling_and_load_flags_are_refused_before_loading_a_model(tmp_path, capsys, flags, message):
     code = main(["bench", "--target", str(tmp_path / "absent"), *flags])
