@@ -79,8 +79,8 @@ class Field(str, Enum):
 class ModelSettings:
     """``precision`` "" = the app's; ``context`` 0 = the picker's; ``draft_length`` 0 = auto;
     ``threads`` 0 = the engine's default (all physical cores). ``keep_in_ram``: lock a GGUF
-    model's memory-mapped weights in RAM (engine.gguf.resident), so other programs' memory use
-    cannot push them out."""
+    model's memory-mapped weights in RAM, or copy them into the process's own memory where the
+    lock limit forbids it (engine.gguf.resident), so other programs' memory use cannot push them out."""
 
     precision: str = ""
     context: int = 0
@@ -161,7 +161,8 @@ class ModelSettingsPanel(QGroupBox):
         self.keep_in_ram = QCheckBox("Keep in RAM")
         self.keep_in_ram.setToolTip("Lock a GGUF model's weights in memory (as llama.cpp's --mlock), so that other\n"
                                     "programs' memory use cannot push them out to be read from disk at every step.\n"
-                                    "Needs the system's locked-memory limit to cover the file; you are told if it does not.")
+                                    "Where the system's locked-memory limit is too small, the weights are copied into\n"
+                                    "Tandem's own memory instead; you are told which, or why neither could be done.")
         self.reset = QPushButton("Reset to defaults")
         for col, (label, widget) in enumerate([("Precision", self.precision), ("Context length", self.context),
                                                ("Drafter", self.drafter), ("Draft length", self.draft_length),

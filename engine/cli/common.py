@@ -176,8 +176,9 @@ def model_options(p: argparse.ArgumentParser) -> None:
                    help="stop a draft once the drafter's probability of its next token is below this")
     p.add_argument("--mlock", action="store_true",
                    help="keep a GGUF target's weights locked in RAM, so that other programs' memory use cannot push them"
-                        " out to be read from disk again at every step (needs the locked-memory limit, ulimit -l, to"
-                        " cover the file; where it does not, a warning and the run goes on memory-mapped)")
+                        " out to be read from disk again at every step; where the locked-memory limit (ulimit -l) does not"
+                        " cover the file, the weights are copied into this process's memory instead, and where there is"
+                        " not the free memory for that, a warning and the run goes on memory-mapped)")
     p.add_argument("--fixed-threads", action="store_true",
                    help="keep torch's thread count for every step (default: give up threads to cores that other"
                         " programs keep busy, which runs several times faster beside them)")

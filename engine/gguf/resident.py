@@ -1,11 +1,17 @@
-"""Keep a GGUF file's mapped weights in RAM (``mlock``), as llama.cpp's ``--mlock`` does.
+"""Keep a GGUF file's mapped weights in RAM (``mlock``, as llama.cpp's ``--mlock``; or a private copy).
 
 A GGUF target computes straight from its memory-mapped file. When another program takes most
 of the RAM, the kernel drops those pages like any page cache, and every step reads them back
-from disk: a decode step measured 916 ms where it takes ~60. Locking the mapping keeps the
+from disk: a decode step measured 700-900 ms where it takes ~50. Locking the mapping keeps the
 pages in RAM whatever else runs. It needs the locked-memory limit (``ulimit -l``,
-RLIMIT_MEMLOCK) to cover the file, or the privilege to exceed it; where it does not, the
-caller gets a ``CannotKeepResident`` that says so and runs as before.
+RLIMIT_MEMLOCK) to cover the file, or the privilege to exceed it, and most desktops set that
+limit to a few MB. Where it does not cover the file, the weights become a private copy instead:
+the mapping is copy-on-write, so writing each page once (its own byte back) turns it into
+memory of this process's own, which the kernel cannot drop as cache (with no swap it stays; with
+swap it is swapped out only after page cache goes, and only under real need), at the cost of no
+longer sharing those pages with another program reading the same file (llama.cpp does the same
+with ``--no-mmap``). Where there is not the free memory for the copy, the caller gets a
+``CannotKeepResident`` that says why and runs as before.
 
 Python's mmap has no mlock, so this calls the C library's through ctypes (POSIX only).
 """
@@ -13,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 import os
 import sys
 from dataclasses import dataclass
@@ -26,13 +33,19 @@ class CannotKeepResident(RuntimeError):
 
 @dataclass(frozen=True)
 class Resident:
-    """``locked_bytes`` of ``name`` are held in RAM until the process ends."""
+    """``locked_bytes`` of ``name`` are held in RAM until the process ends: locked (``how`` =
+    "mlock") or copied into this process's own memory ("private copy", ``why`` saying why)."""
 
     name: str
     locked_bytes: int
+    how: str = "mlock"
+    why: str = ""
 
     def describe(self) -> str:
-        return f"{self.name}: {self.locked_bytes / 2**20:,.0f} MiB of weights kept in RAM (mlock)"
+        held = f"{self.name}: {self.locked_bytes / 2**20:,.0f} MiB of weights kept in RAM"
+        if self.how == "mlock":
+            return f"{held} (mlock)"
+        return f"{held} as a private copy ({self.why})"
 
 
 def _limit_text() -> str:
@@ -47,8 +60,15 @@ def _limit_text() -> str:
     return f"the locked-memory limit of {soft / 2**20:,.0f} MiB (ulimit -l)"
 
 
-def keep_resident(file: GgufFile) -> Resident:
-    """Lock every mapping of ``file`` in RAM (reading in what is not there yet)."""
+# Memory the private copy leaves free beside it: the copy must not be what pushes the system
+# into the pressure it is meant to survive.
+COPY_HEADROOM = 512 * 2**20
+
+
+def keep_resident(file: GgufFile, allow_copy: bool = True, available: int | None = None) -> Resident:
+    """Lock every mapping of ``file`` in RAM (reading in what is not there yet); where the
+    locked-memory limit forbids it and ``allow_copy``, make the weights a private copy instead.
+    ``available``: the bytes of memory free for the copy (default: what the system reports)."""
     if sys.platform == "win32" or not hasattr(os, "sysconf"):
         raise CannotKeepResident(f"{file.name}: keeping weights in RAM is not supported on this system")
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
@@ -61,9 +81,31 @@ def keep_resident(file: GgufFile) -> Resident:
             err = ctypes.get_errno()
             for done in file._maps[: file._maps.index(mapped)]:  # all or nothing
                 libc.munlock(ctypes.c_void_p(done.ctypes.data), ctypes.c_size_t(int(done.shape[0])))
+            why = f"mlock: {os.strerror(err)}; it needs {_limit_text()} to cover them"
+            if allow_copy:
+                return _private_copy(file, total, why, available)
             raise CannotKeepResident(
                 f"{file.name}: could not keep its {total / 2**20:,.0f} MiB of weights in RAM "
-                f"({os.strerror(err)}): it needs {_limit_text()} to cover them; raise it or run without "
-                f"--mlock (the weights then stay memory-mapped, as by default)")
+                f"({why}): raise it or run without --mlock (the weights then stay memory-mapped, as by default)")
         locked += size
     return Resident(file.name, locked)
+
+
+def _private_copy(file: GgufFile, total: int, mlock_refused: str, available: int | None) -> Resident:
+    """Write each page of ``file``'s copy-on-write mappings once with its own byte: every page
+    becomes this process's memory, the same bytes at the same addresses (the tensors viewing them
+    are untouched)."""
+    if available is None:
+        import psutil
+
+        available = psutil.virtual_memory().available
+    if total + COPY_HEADROOM > available:
+        raise CannotKeepResident(
+            f"{file.name}: could not keep its {total / 2**20:,.0f} MiB of weights in RAM ({mlock_refused}), "
+            f"nor copy them: {available / 2**20:,.0f} MiB of memory is free, and a copy needs "
+            f"{(total + COPY_HEADROOM) / 2**20:,.0f}. Free some memory, raise the limit, or run without --mlock "
+            f"(the weights then stay memory-mapped, as by default)")
+    for mapped in file._maps:
+        firsts = mapped[::mmap.PAGESIZE]
+        firsts[:] = firsts.copy()  # a copy: numpy skips assigning a view to itself
+    return Resident(file.name, total, how="private copy", why=f"{mlock_refused}, so copied instead")

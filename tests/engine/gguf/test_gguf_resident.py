@@ -1,5 +1,6 @@
-"""Keeping a GGUF target's mapped weights in RAM (--mlock): locked where the limit allows,
-a clear refusal where it does not, and the session's runs unchanged either way."""
+"""Keeping a GGUF target's mapped weights in RAM (--mlock): locked where the limit allows, a
+private copy where it does not, a clear refusal where neither can hold them, and the session's
+runs unchanged either way."""
 import os
 import subprocess
 import sys
@@ -41,28 +42,67 @@ def test_the_whole_file_is_locked(tiny_target):
         assert _locked_kib() - before >= tiny_target.stat().st_size // 1024
 
 
-def test_a_limit_that_does_not_cover_the_file_is_a_clear_refusal(tiny_target):
-    """In a child whose locked-memory limit is 0 (and, run as root, without root's privilege to
-    pass it): refused, saying the limit and what to do; nothing stays locked."""
+def _in_a_child_without_the_lock_limit(tiny_target, body: str) -> str:
+    """Run ``body`` in a child whose locked-memory limit is 0 (and, run as root, without root's
+    privilege to pass it), ``file`` being the tiny target opened there; returns its stdout."""
     child = textwrap.dedent(f"""
-        import ctypes.util, os, resource
+        import json, os, resource
         from engine.gguf.reader import open_gguf
         from engine.gguf.resident import CannotKeepResident, keep_resident
         file = open_gguf({str(tiny_target)!r})  # mapped first: Python's own files may be root's alone
         if os.geteuid() == 0:
             os.setgroups([]); os.setgid(65534); os.setuid(65534)
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+    """) + textwrap.dedent(body)
+    out = subprocess.run([sys.executable, "-c", child], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_where_the_limit_forbids_locking_the_weights_become_a_private_copy(tiny_target):
+    """The mapping's pages turn into the process's own (anonymous) memory, which the system cannot
+    drop as page cache; the bytes read back unchanged."""
+    out = _in_a_child_without_the_lock_limit(tiny_target, """
+        before = bytes(file._maps[0])
+        resident = keep_resident(file)
+        base = file._maps[0].ctypes.data
+        anonymous = 0
+        with open("/proc/self/smaps") as smaps:
+            inside = False
+            for line in smaps:
+                head = line.split()[0]
+                if "-" in head and not head.endswith(":"):
+                    start, end = (int(x, 16) for x in head.split("-"))
+                    inside = start <= base < end or (start >= base and end <= base + len(before))
+                elif inside and head == "Anonymous:":
+                    anonymous += int(line.split()[1]) * 1024
+        print(json.dumps({"how": resident.how, "text": resident.describe(), "bytes": resident.locked_bytes,
+                          "anonymous": anonymous, "same": bytes(file._maps[0]) == before}))
+    """)
+    import json
+
+    found = json.loads(out)
+    size = tiny_target.stat().st_size
+    assert found["how"] == "private copy" and found["bytes"] == size and found["same"]
+    assert found["anonymous"] >= size // 4096 * 4096, found  # every whole page is the process's own now
+    assert "private copy" in found["text"] and "ulimit -l" in found["text"], found["text"]
+
+
+@pytest.mark.parametrize("case", ["no copy allowed", "no memory for a copy"])
+def test_where_neither_lock_nor_copy_can_hold_them_the_refusal_says_why(tiny_target, case):
+    """Refused, saying the limit and what to do; nothing stays locked."""
+    call = "keep_resident(file, allow_copy=False)" if case == "no copy allowed" else "keep_resident(file, available=1 << 20)"
+    out = _in_a_child_without_the_lock_limit(tiny_target, f"""
         try:
-            keep_resident(file)
+            {call}
         except CannotKeepResident as exc:
             print("refused:", exc)
     """)
-    repo = REPO_ROOT
-    out = subprocess.run([sys.executable, "-c", child], cwd=repo, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(repo)})
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("refused:"), out.stdout + out.stderr
-    assert tiny_target.name in out.stdout and "ulimit -l" in out.stdout and "--mlock" in out.stdout
+    assert out.startswith("refused:"), out
+    assert tiny_target.name in out and "ulimit -l" in out and "--mlock" in out
+    if case == "no memory for a copy":
+        assert "nor copy them: 1 MiB of memory is free" in out, out
 
 
 def test_a_session_keeps_its_gguf_target_resident_and_says_when_it_cannot(tiny_target, tmp_path):
