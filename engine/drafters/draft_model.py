@@ -15,12 +15,15 @@ from engine.models.runners.prefix_reuse import common_prefix
 from engine.models.runners.runner import ModelRunner
 
 #: The most prompt tokens a drafter prefills for one request. Its prefill is paid before it drafts,
-#: after the first token, at ~200 tok/s for the default drafter on 2 cores: 512 tokens cost ~2.5 s,
-#: more than speculation saves on a ~100-token reply when a target step takes ~40 ms (the long
-#: code prompts ran 0.75-1.01x of plain with 512, 1.02-1.99x with 128). Its cache then starts at
-#: that point of the prompt; rotary positions are relative, so it drafts from its window as from
-#: a whole prompt, only without the text before it (prompt lookup still copies from all of it).
-DRAFT_WINDOW = 128
+#: after the first token, at ~380 tok/s for the default drafter on 2 cores (host F): 512 tokens
+#: cost more than speculation saves on a ~100-token reply when a target step takes ~50 ms (the
+#: long code prompts ran 0.75-1.01x of plain with 512, 0.88-0.92x with 128 on fresh code, where
+#: 64 gave 0.97-1.07x). What it reads barely changes how often it agrees with the target: top-1
+#: on those prompts' replies 0.50-0.53 / 0.55 / 0.52-0.56 / 0.52-0.62 with 32 / 64 / 128 / 512
+#: tokens. Its cache then starts at that point of the prompt; rotary positions are relative, so
+#: it drafts from its window as from a whole prompt, only without the text before it (prompt
+#: lookup still copies from all of it).
+DRAFT_WINDOW = 64
 
 
 class DraftModelDrafter(DrafterBase):
