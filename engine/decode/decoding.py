@@ -129,22 +129,26 @@ def _model_name(target: Runner) -> str:
     return str(getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "") or "the target")
 
 
-def prefill(target: Runner, run: _Run, prompt_ids: list[int], whole: bool = False,
+def prefill(target: Runner, run: _Run, prompt_ids: list[int], fresh: bool = False,
+            after_chunk: Callable[[int], None] | None = None,
             cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
     """Feed the prompt after the prefix the target's cache already holds, in chunks of
     PREFILL_CHUNK with a Stats event (prompt tokens done / total) after each; returns the first
     chosen token (``token = yield from prefill(...)``). Raises Cancelled between chunks.
-    ``whole``: the whole prompt in one pass on an empty cache (for drafters that read the
-    target's hidden states of every prompt position from its prefill)."""
-    if whole:
+    ``fresh``: the whole prompt on an empty cache, for drafters that read the target's states of
+    every prompt position: ``after_chunk(target.length)`` after each chunk but the last lets
+    them keep a chunk's states before the next pass replaces them."""
+    if fresh:
         target.reset()
-    kept = 0 if whole else keep_common_prefix(target, prompt_ids)
+    kept = 0 if fresh else keep_common_prefix(target, prompt_ids)
     run.stats.prefilled(kept, cached=kept)
     pending = prompt_ids[kept:]
-    while not whole and len(pending) > PREFILL_CHUNK:
+    while len(pending) > PREFILL_CHUNK:
         if cancel():
             raise Cancelled
         target.forward(pending[:PREFILL_CHUNK])
+        if after_chunk is not None:
+            after_chunk(target.length)
         pending = pending[PREFILL_CHUNK:]
         run.stats.prefilled(target.length)
         yield Stats(run.stats.snapshot())
@@ -281,8 +285,10 @@ def speculative_decode(
         controller = DraftLengthController(fixed=settings.draft_length, max_k=settings.max_draft_length,
                                            drafting_is_free=drafter.free, known=(costs or {}).get("measured"))
         t = time.perf_counter()
-        # Drafters that read the target's hidden states need them for the whole prompt.
-        token = yield from prefill(target, run, prompt_ids, whole=reads_target, cancel=cancel)
+        # Drafters that read the target's hidden states need them for the whole prompt: they
+        # keep each chunk's as the target computes them (their ``observe``).
+        token = yield from prefill(target, run, prompt_ids, fresh=reads_target,
+                                   after_chunk=drafter.observe if reads_target else None, cancel=cancel)
         yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
         yield from run.emit_forced()
         # A drafter that need not draft soon reads the prompt when it first drafts: where

@@ -258,6 +258,12 @@ def load_eagle3_layers(folder: Path, spec: SpeculatorSpec) -> Eagle3Layers:
                          own_embedding="embed_tokens.weight" in tensors, fc_norm=spec.norm_before_fc)
     fill_from_checkpoint(model, tensors, name, identity_d2t=spec.draft_vocab_size == c.vocab_size,
                          sources={"fc_norm.weight": "input_norm.weight"})
+    stored = tensors.get("embed_tokens.weight")
+    if model.embed_tokens is not None and stored is not None and stored.dtype in (torch.bfloat16, torch.float16):
+        # The shipped embedding (a copy of the target's, most often as large as all the layers
+        # together) stays at its stored 16 bits: a step reads its rows through .float(), which
+        # gives the same values as an fp32 copy, at half the memory.
+        model.embed_tokens.to(stored.dtype)
     targets = model.target_ids(torch.arange(spec.draft_vocab_size))
     if int(targets.min()) < 0 or int(targets.max()) >= c.vocab_size:
         raise SpeculatorError(f"{name}: its d2t maps draft ids outside the target's vocabulary of {c.vocab_size:,}")

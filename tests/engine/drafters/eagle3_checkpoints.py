@@ -79,9 +79,10 @@ def vocabulary_maps(draft_ids: list[int], vocab: int) -> dict[str, torch.Tensor]
 
 def save_speculators(folder: Path, target, weights: dict[str, torch.Tensor], aux_ids: list[int] | None,
                      verifier: str = "tiny-target", draft_ids: list[int] | None = None, config: dict | None = None,
-                     embed: bool = False) -> Path:
+                     embed: bool = False, embed_dtype: torch.dtype = torch.float32) -> Path:
     """vLLM's Speculators layout: speculators_* keys, the layer config nested, no embedding
-    (the verifier's is used) unless ``embed``."""
+    (the verifier's is used) unless ``embed`` (stored as ``embed_dtype``: the published ones are
+    bf16)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = config or layer_config(target)
@@ -90,7 +91,7 @@ def save_speculators(folder: Path, target, weights: dict[str, torch.Tensor], aux
     if draft_ids is not None:
         tensors.update(vocabulary_maps(draft_ids, target.config.vocab_size))
     if embed:
-        tensors["embed_tokens.weight"] = target.model.embed_tokens.weight.detach().float().clone()
+        tensors["embed_tokens.weight"] = target.model.embed_tokens.weight.detach().to(embed_dtype).clone()
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / "model.safetensors"))
     document = {
         "architectures": ["Eagle3Speculator"],

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from engine.cli import main as cli_main
-from engine.core.events import Finished
+from engine.core.events import Finished, Stats
 from engine.core.sampler import Sampler
-from engine.core.settings import DecodeSettings
+from engine.core.settings import PREFILL_CHUNK, DecodeSettings
 from engine.decode.decoding import speculative_decode
 from engine.drafters import DrafterMismatch
 from engine.drafters.eagle3 import Eagle3Drafter, load_eagle3_drafter
@@ -70,6 +70,28 @@ def test_both_layouts_load_with_their_vocabulary_maps(folders, target, tokenizer
 @pytest.mark.parametrize("layout", ["speculators", "eagle-authors"])
 def test_greedy_output_is_plain_decodings(folders, target, tokenizer, layout):
     assert_greedy_is_plain(drafter_for(folders[layout], target), target, tokenizer, (1, 2, 4, None), layout)
+
+
+def test_a_shipped_16_bit_embedding_is_held_at_16_bits_with_the_same_drafts(tmp_path, target, tokenizer):
+    """Published checkpoints carry a bf16 copy of the target's embedding, often the drafter's
+    largest tensor: it stays bf16 in memory, and the drafts are those of the same values in fp32."""
+    weights = checkpoints.copy_of_target(target, seed=3)
+    half = drafter_for(checkpoints.save_speculators(tmp_path / "bf16", target, weights, [1, 2, LAYERS], embed=True,
+                                                    embed_dtype=torch.bfloat16), target)
+    widened = drafter_for(checkpoints.save_speculators(tmp_path / "fp32", target, weights, [1, 2, LAYERS], embed=True,
+                                                       embed_dtype=torch.float32), target)
+    assert half.embed.weight.dtype == torch.bfloat16 and widened.embed.weight.dtype == torch.float32
+    widened.embed.weight.data = half.embed.weight.detach().float()  # the bf16 values, held in fp32
+    prompt = token_ids(tokenizer, PROMPTS[0])
+    drafts = []
+    for drafter in (half, widened):
+        runner = ModelRunner(target)
+        drafter.attach_target(runner)
+        runner.forward(prompt)
+        drafter.prepare(prompt + [5])
+        drafts.append(drafter.propose(prompt + [5], 4, Sampler(DecodeSettings(mode="sample", temperature=1.0, seed=7), "cpu")))
+    assert drafts[0].tokens == drafts[1].tokens and torch.equal(drafts[0].probs, drafts[1].probs)
+    assert_greedy_is_plain(half, target, tokenizer, (3,), "bf16 embedding")
 
 
 def test_reduced_vocabulary_drafts_only_its_ids(folders, target, tokenizer):
@@ -141,6 +163,21 @@ def test_a_gguf_target_keeps_its_own_runner_and_output(gguf_target):
         settings = DecodeSettings(max_new_tokens=24, draft_length=k)
         spec = [e for e in session.speculative(prompt, settings) if isinstance(e, Finished)][0]
         assert spec.token_ids == plain.token_ids and spec.stats.drafted > 0
+
+
+def test_a_prompt_of_several_prefill_chunks_is_prefilled_in_chunks_with_the_same_output(gguf_target):
+    """The drafter keeps each chunk's states as the target computes them: a pasted file is
+    prefilled in chunks with its progress shown, as without a drafter, and the output is plain's."""
+    path, folder = gguf_target
+    session = Session.load(path, folder, precision="file")
+    prompt = session.encode(PROMPTS[0] * 30)  # the tiny model's window is 512 tokens
+    assert PREFILL_CHUNK < len(prompt) < 512 - 16
+    plain = [e for e in session.plain(prompt, DecodeSettings(max_new_tokens=16)) if isinstance(e, Finished)][0]
+    events = list(session.speculative(prompt, DecodeSettings(max_new_tokens=16, draft_length=3)))
+    progress = [e.stats.prompt_done for e in events if isinstance(e, Stats) and e.stats.prompt_done < len(prompt)]
+    assert progress == [PREFILL_CHUNK * i for i in range(1, len(progress) + 1)] and len(progress) >= 1
+    spec = events[-1]
+    assert isinstance(spec, Finished) and spec.token_ids == plain.token_ids and spec.stats.drafted > 0
 
 
 def test_cli_compare_with_an_eagle3_drafter(gguf_target, capsys):
