@@ -163,7 +163,7 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
         ctx.state.session = session
         ctx.emit(ModelLoaded(
             target=session.target.name,
-            drafter=session.drafter_model.name if session.drafter_model else None,
+            drafter=session.drafter_name,
             precision=session.precision,
             device=str(session.target.device),
             seconds=time.perf_counter() - start,

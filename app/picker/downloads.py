@@ -6,6 +6,9 @@ from __future__ import annotations
 from app.bridge.messages import Progress
 
 RUNNABLE_DRAFTERS = {"draft_model"}  # kinds the engine can load as a separate drafter today
+# Drafters made for their target (EAGLE-3, DFlash): a checkpoint folder of their own, fetched
+# with the target whatever its variant (they have no GGUF files).
+MADE_FOR_TARGET = {"eagle3", "dflash"}
 
 
 def installed_paths(entry, variant=None):
@@ -21,13 +24,15 @@ def installed_paths(entry, variant=None):
         target = is_installed(variant.repo, precision=variant.quant)
         if target is None:
             return None
+        if entry.drafter_kind in MADE_FOR_TARGET:
+            return target, is_installed(entry.drafter_repo)
         paired = drafter_variant_for(entry, variant) if entry.drafter_kind in RUNNABLE_DRAFTERS else None
         return target, is_installed(paired.repo, precision=paired.quant) if paired is not None else None
     target = is_installed(entry.target_repo)
     if target is None:
         return None
     drafter = None
-    if entry.drafter_repo and entry.drafter_kind in RUNNABLE_DRAFTERS:
+    if entry.drafter_repo and entry.drafter_kind in RUNNABLE_DRAFTERS | MADE_FOR_TARGET:
         drafter = is_installed(entry.drafter_repo)
     return target, drafter
 
@@ -41,6 +46,10 @@ def download_job(entry, variant: str | None = None):
 
         if variant is not None:
             for event in fetch_events(entry.id, ctx.job.cancel_flag, variant=variant, drafter=True):
+                ctx.emit(event)
+            return
+        if entry.drafter_kind in MADE_FOR_TARGET:  # the catalog's pairing, by the entry's id
+            for event in fetch_events(entry.id, ctx.job.cancel_flag, drafter=True):
                 ctx.emit(event)
             return
         wants_drafter = bool(entry.drafter_repo) and entry.drafter_kind in ("draft_model", "assistant")

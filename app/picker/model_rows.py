@@ -26,7 +26,10 @@ KIND_LABELS = {
     "assistant": "MTP assistant (shares KV)",
     "mtp": "MTP heads in checkpoint",
     "lookup": "prompt lookup",
+    "eagle3": "EAGLE-3, made for this model (reads its hidden states)",
+    "dflash": "DFlash, made for this model (drafts a block in one pass)",
 }
+MADE_FOR_TARGET_NAMES = {"eagle3": "EAGLE-3", "dflash": "DFlash"}
 FIT_LABELS = {
     "gpu": ("Fits on GPU", "#188038"),
     "unified": ("Fits in unified memory", "#188038"),
@@ -126,6 +129,8 @@ def drafter_cell(fit, local=None) -> Cell:
         return Cell("prompt lookup", "n-gram lookup in the prompt and reply; no extra model")
     drafter_gguf = getattr(fit, "drafter_gguf", None)
     name = short_name(e.drafter_repo.split("/")[-1]) + (f" {drafter_gguf.quant}" if drafter_gguf is not None else "")
+    if e.drafter_kind in MADE_FOR_TARGET_NAMES:  # the kind first: it says why this pair drafts well
+        name = f"{MADE_FOR_TARGET_NAMES[e.drafter_kind]}: {name}"
     tip = f"{e.drafter_repo} · {KIND_LABELS.get(e.drafter_kind, e.drafter_kind)}"
     if drafter_gguf is not None:
         tip += f"\nGGUF {drafter_gguf.quant}: {drafter_gguf.repo}/{drafter_gguf.files[0]} ({human_bytes(drafter_gguf.file_bytes)})"

@@ -354,7 +354,7 @@ def _report(session: Session, results: list[dict], step_costs: dict | None, head
     return {"settings": {"max_new_tokens": max_new_tokens, "precision": session.precision, "drafter": drafter, "repeats": repeats,
                          "threads": session.threads.max_threads, "thread_policy": session.threads.policy,
                          "target": session.target.name,
-                         "drafter_model": session.drafter_model.name if session.drafter_model else None,
+                         "drafter_model": session.drafter_name,
                          "drafter_weights": session.drafter_model.weights if session.drafter_model else None,
                          "drafter_head": options.head, "draft_vocab_size": options.vocab_size,
                          "min_confidence": options.min_confidence, "lookup": options.lookup,

@@ -76,6 +76,8 @@ def _check_vocab(plan: DownloadPlan) -> bool | None:
     d = plan.drafter
     if d is None or d.repo == plan.target.repo:
         return None  # no drafter, or one stored in the target's own repo
+    if plan.drafter_kind in ("eagle3", "dflash"):
+        return _check_made_for_target(plan)
     if d.entry_file or plan.target.entry_file:
         return None  # GGUF files carry their tokenizer inside: Session.load compares them
     check = vocab_match.compare(plan.target.path(plan.cache), d.path(plan.cache), plan.target.repo, d.repo)
@@ -87,6 +89,26 @@ def _check_vocab(plan: DownloadPlan) -> bool | None:
     raise HubError(
         f"{check.reason}. A draft model must share the target's tokenizer to draft for it. Choose a"
         " matching drafter, or ask for cross-tokenizer drafting explicitly (--cross-tokenizer).", "mismatch")
+
+
+def _check_made_for_target(plan: DownloadPlan) -> bool:
+    """Before its weights: the drafter's config is an EAGLE-3 / DFlash one, for the target's
+    vocabulary where the target's config says it (a GGUF target's is checked at load, where
+    engine.drafters also checks the rest: verifier, hidden size, layers)."""
+    from engine.models.planning.local_config import read_config
+    from engine.models.planning.speculators_config import SpeculatorError, parse_speculator
+
+    d = plan.drafter
+    try:
+        spec = parse_speculator(read_config(d.path(plan.cache)) or {}, d.repo)
+    except SpeculatorError as exc:
+        raise HubError(f"{exc}; the catalog pairs it with {plan.target.repo} as {plan.drafter_kind}", "mismatch") from exc
+    if plan.target.entry_file is None:
+        target_vocab = vocab_match.config_vocab_size(plan.target.path(plan.cache))
+        if target_vocab is not None and target_vocab != spec.layers.vocab_size:
+            raise HubError(f"{d.repo} drafts over {spec.layers.vocab_size:,} token ids, {plan.target.repo} has"
+                           f" {target_vocab:,}: it was made for another model", "mismatch")
+    return True
 
 
 def _fetch_all(plan: DownloadPlan, t: Transfer) -> bool | None:

@@ -129,9 +129,12 @@ def gguf_unit(planner: Planner, source: GgufVariant | GgufSource, revision: str 
 
 
 def plan_gguf_download(target: GgufVariant | GgufSource, drafter: GgufVariant | GgufSource | None = None, *,
-                       revision: str = "main", token: str | bool | None = None) -> DownloadPlan:
+                       revision: str = "main", token: str | bool | None = None,
+                       made_for_target: tuple[str, str] | None = None) -> DownloadPlan:
     """What ``download_events`` fetches for GGUF variant ``target`` (at ``revision``) and its
-    drafter's variant ``drafter`` (at main), or the target alone. Raises ``HubError``."""
+    drafter's variant ``drafter`` (at main), or the target alone. ``made_for_target``: (repo,
+    kind) of an EAGLE-3 / DFlash checkpoint to fetch as the drafter instead, its whole folder at
+    main (a config and safetensors: such drafters have no GGUF files). Raises ``HubError``."""
     endpoint, cache = hub_endpoint(), hub_cache_dir()
     planner = Planner(endpoint, cache, token)
     current = target.repo
@@ -139,17 +142,21 @@ def plan_gguf_download(target: GgufVariant | GgufSource, drafter: GgufVariant | 
         revision = checked_revision(revision, target.repo)
         target_unit = gguf_unit(planner, target, revision)
         drafter_unit = None
-        if drafter is not None:
+        if made_for_target is not None:
+            current = made_for_target[0]
+            drafter_unit = planner.unit(made_for_target[0], "main", None, None)
+        elif drafter is not None:
             current = drafter.repo
             drafter_unit = gguf_unit(planner, drafter, "main")
             if (drafter_unit.repo, drafter_unit.entry_file) == (target_unit.repo, target_unit.entry_file):
                 raise HubError(f"{target.repo}/{target_unit.entry_file} cannot be its own drafter", "mismatch")
     except Exception as exc:
         raise hub_error(exc, current, endpoint) from exc
-    plan = DownloadPlan(target_unit, drafter_unit, "draft_model" if drafter_unit else None,
+    kind = made_for_target[1] if made_for_target is not None else "draft_model"
+    plan = DownloadPlan(target_unit, drafter_unit, kind if drafter_unit else None,
                         "catalog" if drafter_unit else "none", False, endpoint, cache, token)
     log.info("plan: %s %s (%d files, %d bytes)%s", target.repo, target.quant, len(target_unit.files), target_unit.size,
-             f" + drafter {drafter.repo} {drafter.quant}" if drafter_unit else "")
+             f" + drafter {drafter_unit.repo} {drafter_unit.precision or plan.drafter_kind}" if drafter_unit else "")
     return plan
 
 
@@ -196,6 +203,11 @@ def plan_variant_download(repo_or_id: str, variant: str, drafter: bool = True, *
         raise HubError(f"{repo_or_id!r} is not in Tandem's catalog, so it has no GGUF variants to choose from",
                        "not_found")
     target = choose_variant(entry, variant)
+    from engine.models.planning.catalog import MADE_FOR_TARGET_KINDS
+
+    if drafter and entry.drafter_kind in MADE_FOR_TARGET_KINDS:
+        return plan_gguf_download(target, None, revision=revision, token=token,
+                                  made_for_target=(entry.drafter_repo, entry.drafter_kind))
     paired = drafter_variant_for(entry, target) if drafter else None
     if drafter and paired is None and entry.drafter_kind == "draft_model":
         log.info("%s: the catalog has no GGUF file for its drafter; fetching the target only", entry.id)

@@ -54,7 +54,7 @@ def vocabulary(folder: Path) -> dict[str, int] | str | None:
     return None
 
 
-def _config_vocab_size(folder: Path) -> int | None:
+def config_vocab_size(folder: Path) -> int | None:
     try:
         config = json.loads((Path(folder) / "config.json").read_text())
     except (OSError, ValueError):
@@ -71,7 +71,7 @@ def compare(target_dir: Path, drafter_dir: Path, target_name: str = "target", dr
     if t is None or d is None:
         # Some drafters (assistant / EAGLE heads) ship no tokenizer: fall back to the one number
         # both configs carry.
-        ts, ds = _config_vocab_size(target_dir), _config_vocab_size(drafter_dir)
+        ts, ds = config_vocab_size(target_dir), config_vocab_size(drafter_dir)
         if ts is not None and ts == ds:
             return VocabCheck(True, f"{drafter_name} ships no tokenizer; its vocab size matches ({ts:,})")
         return VocabCheck(False, f"{drafter_name} and {target_name} cannot be shown to share a tokenizer"

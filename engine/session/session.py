@@ -154,6 +154,14 @@ class Session:
         return self._model_drafter
 
     @property
+    def drafter_name(self) -> str | None:
+        """The drafter model's name, or the made-for-target drafter's ("EAGLE-3 (folder)"); None
+        where no model drafts."""
+        if self.drafter_model is not None:
+            return self.drafter_model.name
+        return getattr(self._model_drafter, "name", None) if isinstance(self._model_drafter, MADE_FOR_TARGET) else None
+
+    @property
     def precision(self) -> str:
         import torch
 

@@ -36,8 +36,13 @@ from engine.models.planning.variants import GgufVariant, VariantError, parse_var
 log = logging.getLogger(__name__)
 
 CATALOG_PATH = RESOURCES / "catalog.json"
-DrafterKind = Literal["draft_model", "assistant", "mtp", "lookup"]
-DRAFTER_KINDS = ("draft_model", "assistant", "mtp", "lookup")
+DrafterKind = Literal["draft_model", "assistant", "mtp", "lookup", "eagle3", "dflash"]
+DRAFTER_KINDS = ("draft_model", "assistant", "mtp", "lookup", "eagle3", "dflash")
+# Drafters made for one target (engine.drafters.made_for_target): a checkpoint of their own,
+# fetched beside the target, that reads the target's hidden states instead of the tokens alone.
+MADE_FOR_TARGET_KINDS = ("eagle3", "dflash")
+# Kinds whose drafter is a checkpoint of its own (weights to download and to hold).
+SEPARATE_DRAFTER_KINDS = ("draft_model", "assistant", *MADE_FOR_TARGET_KINDS)
 
 # Bits per weight. int8 / int4 are the GGUF block formats Q8_0 (32 weights + one fp16 scale =
 # 34 bytes) and Q4_0 (16 bytes of nibbles + one fp16 scale = 18 bytes): 8.5 and 4.5 bits.
@@ -101,6 +106,9 @@ class CatalogEntry:
     #: () where none exists and the model runs from safetensors only.
     variants: tuple[GgufVariant, ...] = ()
     drafter_variants: tuple[GgufVariant, ...] = ()
+    #: Of ``drafter_params``, those of a token embedding a made-for-target drafter ships (most
+    #: EAGLE-3 checkpoints carry a copy of the target's; the others read the target's own).
+    drafter_embedding_params: int = 0
 
     # The target's architecture facts, flat, for callers that only care about the target.
     @property
@@ -147,7 +155,7 @@ class CatalogEntry:
         return weight_bytes(self.target_params, precision)
 
     def drafter_weight_bytes(self, precision: str) -> int:
-        return weight_bytes(self.drafter_params, precision) if self.drafter_kind in ("draft_model", "assistant") else 0
+        return weight_bytes(self.drafter_params, precision) if self.drafter_kind in SEPARATE_DRAFTER_KINDS else 0
 
 
 # -- reading the catalog -----------------------------------------------------------------------
@@ -258,6 +266,7 @@ def _read(path: str) -> tuple[CatalogEntry, ...]:
                 notes=notes,
                 variants=variants,
                 drafter_variants=drafter_variants,
+                drafter_embedding_params=int(drafter.get("embedding_params", 0)) if drafter else 0,
             )
         )
     return tuple(entries)

@@ -25,9 +25,9 @@ An estimate has four parts (bytes):
                weights only (it reads the target's K/V); MTP heads: inside the target (0);
                prompt lookup: 0
     overhead   the runtime (Python, torch, transformers, tokenizers), the activations of one
-               prefill pass (a chunk of PREFILL_CHUNK prompt rows; the whole prompt in one pass
-               where the drafter reads the target's states of every row: MTP, an assistant), the
-               logits of a verification pass, and the CUDA context on a GPU
+               prefill pass (a chunk of PREFILL_CHUNK prompt rows), the target's states a drafter
+               made for it keeps from the prefill, the logits of a verification pass, and the
+               CUDA context on a GPU
 
 Kept prefixes: between requests the session keeps the caches of a few recent conversations
 (engine.models.runners.prefix_reuse.RunnerPool, bounded by its KEPT_CACHE_BYTES beyond the one in use), so
@@ -47,7 +47,13 @@ from typing import Literal
 
 from engine.core.settings import PREFILL_CHUNK
 from engine.models.planning.architecture import Architecture, estimate_params
-from engine.models.planning.catalog import FILE_PRECISION, CatalogEntry, canonical_precision, weight_bytes
+from engine.models.planning.catalog import (
+    FILE_PRECISION,
+    MADE_FOR_TARGET_KINDS,
+    CatalogEntry,
+    canonical_precision,
+    weight_bytes,
+)
 from engine.models.planning.drafter_choice import auto_drafter_weights, cpu_kernels_expected
 from engine.models.planning.hardware import GB
 from engine.models.planning.variants import GgufVariant
@@ -92,18 +98,18 @@ DEFAULT_CONTEXT = 4096
 # Keys per partial softmax in the CPU attention kernel (kChunk in causal_attention.h).
 ATTENTION_KEY_CHUNK = 256
 
-# Drafter kinds whose prompt is prefilled in one pass (they read the target's hidden states of
-# every prompt row from it); the others prefill in chunks of PREFILL_CHUNK rows.
-WHOLE_PREFILL_KINDS = ("mtp", "assistant")
+# Drafter kinds that read the target's transformers cache and hidden states, so that a GGUF
+# target runs on transformers' runner next to them, not on GgufRunner.
+TRANSFORMERS_CACHE_KINDS = ("mtp", "assistant")
 
 
-def kv_dtype_bytes(precision: str, device: Device, whole_prefill: bool = False, cpu_kernels: bool | None = None) -> float:
+def kv_dtype_bytes(precision: str, device: Device, transformers_cache: bool = False, cpu_kernels: bool | None = None) -> float:
     """Bytes per cached K/V element of a GGUF model's runner: fp16 where it runs on GgufRunner
     (a GGUF file on the CPU where the compiled kernels run, ``cpu_kernels``, None: this
     machine's guess; unless its drafter reads transformers' cache), else the activations'."""
     if cpu_kernels is None:
         cpu_kernels = cpu_kernels_expected()
-    if canonical_precision(precision) == FILE_PRECISION and device == "cpu" and cpu_kernels and not whole_prefill:
+    if canonical_precision(precision) == FILE_PRECISION and device == "cpu" and cpu_kernels and not transformers_cache:
         return 2.0
     return dtype_bytes(precision, device)
 
@@ -323,13 +329,12 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
         weights = int4_device_bytes(entry.target_params, target)
     else:
         weights = resident_weight_bytes(entry.target_params, target, precision, device)
-    whole = entry.drafter_kind in WHOLE_PREFILL_KINDS
-    kv = target.kv_bytes(context, kv_dtype_bytes(precision, device, whole, cpu_kernels))
+    kv = target.kv_bytes(context, kv_dtype_bytes(precision, device, entry.drafter_kind in TRANSFORMERS_CACHE_KINDS, cpu_kernels))
     drafter_weights = drafter_weights or auto_drafter_budget(precision, device, cpu_kernels)
 
     drafter = 0
     drafter_arch = entry.drafter_arch
-    pass_rows = context if whole else min(context, PREFILL_CHUNK)
+    pass_rows = min(context, PREFILL_CHUNK)
     activations = activation_bytes(target, pass_rows, precision, device, context)
     vocabularies = [target.vocab_size]
     if entry.drafter_kind == "draft_model":
@@ -350,6 +355,12 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
             vocabularies.append(drafter_arch.vocab_size)
     elif entry.drafter_kind == "assistant":
         drafter = entry.drafter_weight_bytes(precision if precision != FILE_PRECISION else STORED_PRECISION)
+    elif entry.drafter_kind in MADE_FOR_TARGET_KINDS:
+        quantized = device == "cpu" and canonical_precision(drafter_weights) in ("int8", "int4")
+        drafter = made_for_target_bytes(entry, context, quantized)
+    # The target's states a drafter reads are kept from the prompt's prefill until its first
+    # proposal (engine.drafters.kept_states): every prompt row, one or a few layers wide.
+    activations += kept_state_bytes(entry, context)
 
     overhead = activations + _logits_bytes(target.vocab_size, precision, device)
     if device == "gpu":
@@ -358,6 +369,42 @@ def estimate_memory(entry: CatalogEntry, precision: str = "bf16", context: int =
         overhead += RUNTIME_BYTES + TOKENIZER_BYTES_PER_TOKEN * sum(vocabularies)
     return MemoryEstimate(weights=weights, kv_cache=kv, drafter=drafter, overhead=overhead, conservative=entry.conservative)
 
+
+
+# Keys and values a made-for-target drafter's cache holds at first (engine.drafters.eagle3_layers
+# DraftKV); it doubles when full.
+DRAFT_KV_FIRST_CAPACITY = 64
+
+
+def made_for_target_bytes(entry: CatalogEntry, context: int, quantized: bool) -> int:
+    """An EAGLE-3 / DFlash drafter as the engine holds it (engine.drafters): its layers in fp32,
+    an EAGLE-3's linears at int8 where the CPU kernels run (``quantized``); a token embedding it
+    ships kept at its stored 16 bits; its own fp32 K/V, grown by doubling, for ``context`` tokens."""
+    embedding = entry.drafter_embedding_params
+    linears_per_weight = 1.0 if quantized and entry.drafter_kind == "eagle3" else 4.0
+    weights = math.ceil((entry.drafter_params - embedding) * linears_per_weight) + weight_bytes(embedding, STORED_PRECISION)
+    arch = entry.drafter_arch
+    if arch is None:
+        return weights
+    capacity = DRAFT_KV_FIRST_CAPACITY
+    while capacity < context:
+        capacity *= 2
+    return weights + arch.kv_bytes(capacity, 4)
+
+
+def kept_state_bytes(entry: CatalogEntry, context: int) -> int:
+    """The target's hidden states its drafter reads, fp32, for ``context`` rows: the last
+    layer's for MTP heads, three layers' for EAGLE-3, one per draft layer for DFlash; none for
+    the others (a Gemma 4 assistant reads the last position's alone)."""
+    if entry.drafter_kind == "mtp":
+        layers = 1
+    elif entry.drafter_kind == "eagle3":
+        layers = 3
+    elif entry.drafter_kind == "dflash":
+        layers = entry.drafter_arch.num_layers if entry.drafter_arch else 1
+    else:
+        return 0
+    return context * layers * entry.target_arch.hidden_size * 4
 
 
 def human_bytes(n: int) -> str:

@@ -8,6 +8,7 @@ import pytest
 from engine.core.paths import cache_dir
 from engine.models.planning import catalog
 from engine.models.planning.catalog import (
+    MADE_FOR_TARGET_KINDS,
     CatalogError,
     ConfigError,
     architecture_from_config,
@@ -77,8 +78,35 @@ def test_catalog_parameter_counts_agree_with_the_architecture(entries, entry_id)
     # A typo in either the count or a shape in resources/catalog.json shows up here. (Gemma 4's
     # per-layer embeddings and the MoE models are beyond estimate_params' dense formula.)
     e = find_entry(entry_id, entries)
-    for params, arch in ((e.target_params, e.target_arch), (e.drafter_params, e.drafter_arch)):
+    pairs = [(e.target_params, e.target_arch)]
+    if e.drafter_kind not in MADE_FOR_TARGET_KINDS:  # those have shapes of their own (below)
+        pairs.append((e.drafter_params, e.drafter_arch))
+    for params, arch in pairs:
         assert abs(estimate_params(arch) - params) / params < 0.01
+
+
+def _made_for_target_params(kind: str, target, draft, intermediate: int, embedding: int) -> int:
+    """EAGLE-3: one decoder layer whose q / k / v read the token's embedding and the fused states
+    side by side (twice the width), fc over three target layers, a head over the draft
+    vocabulary; DFlash: decoder layers the target's width, fc over one target layer per draft
+    layer, the target's own head. Heads of 128, norms included."""
+    h, heads, kv = draft.hidden_size, draft.attention_heads, draft.full.kv_heads
+    def layer(inputs: int) -> int:
+        return inputs * heads * 128 + 2 * inputs * kv * 128 + heads * 128 * h + 3 * h * intermediate + 2 * h
+    if kind == "eagle3":
+        return layer(2 * h) + h + 3 * target.hidden_size * h + draft.vocab_size * h + h + embedding
+    return draft.num_layers * (layer(h) + 2 * 128) + draft.num_layers * target.hidden_size * h + 2 * h
+
+
+@pytest.mark.parametrize("entry_id", [e.id for e in load_catalog(local_configs=False) if e.drafter_kind in MADE_FOR_TARGET_KINDS])
+def test_made_for_target_drafters_parameter_counts_agree_with_their_shapes(entries, entry_id):
+    e = find_entry(entry_id, entries)
+    d = e.drafter_arch
+    assert d.hidden_size == e.target_arch.hidden_size  # both algorithms draft at the target's width
+    expected = _made_for_target_params(e.drafter_kind, e.target_arch, d, d.intermediate_size, e.drafter_embedding_params)
+    assert abs(expected - e.drafter_params) / e.drafter_params < 0.01
+    if e.drafter_embedding_params:  # a shipped embedding is a copy of the target's
+        assert e.drafter_embedding_params == e.target_arch.vocab_size * e.target_arch.hidden_size
 
 
 def test_weight_bytes_by_precision(entries):

@@ -117,6 +117,31 @@ def test_drafter_memory_by_kind(entries):
     assert estimate_memory(lookup, "bf16", 4096).drafter == 0
 
 
+def test_drafters_made_for_the_target_as_the_engine_holds_them(entries):
+    """EAGLE-3: its linears int8 where the CPU kernels run (fp32 elsewhere), a shipped embedding
+    at its stored bf16, one layer of fp32 K/V; DFlash: every layer fp32 with its K/V. Both keep
+    the target's states of the prompt's rows (three layers', one per draft layer)."""
+    eagle, dflash = entry(entries, "qwen3-8b-eagle3"), entry(entries, "qwen3-8b-dflash")
+    variant = eagle.variants[0]
+    kv_row = lambda layers: 2 * layers * 8 * 128 * 4  # noqa: E731  fp32 K and V, 8 heads of 128
+    est = lambda e, weights: estimate_memory(e, "file", 4096, "cpu", variant=variant, drafter_weights=weights,  # noqa: E731
+                                             cpu_kernels=True)
+    embedding = eagle.drafter_embedding_params
+    assert embedding == 151936 * 4096
+    assert est(eagle, "int8").drafter == (eagle.drafter_params - embedding) + 2 * embedding + 4096 * kv_row(1)
+    assert est(eagle, "bf16").drafter == 4 * (eagle.drafter_params - embedding) + 2 * embedding + 4096 * kv_row(1)
+    assert est(dflash, "int8").drafter == 4 * dflash.drafter_params + 4096 * kv_row(5)
+    # Their cache doubles from 64 positions: 5,000 tokens hold 8,192.
+    assert estimate_memory(eagle, "file", 5000, "cpu", variant=variant, drafter_weights="int8", cpu_kernels=True).drafter \
+        == est(eagle, "int8").drafter + 4096 * kv_row(1)
+    plain = replace(eagle, drafter_kind="lookup", drafter_repo=None, drafter_arch=None, drafter_params=0)
+    base = estimate_memory(plain, "file", 4096, "cpu", variant=variant, cpu_kernels=True).overhead
+    assert est(eagle, "int8").overhead - base == 4096 * 3 * 4096 * 4
+    assert est(dflash, "int8").overhead - base == 4096 * 5 * 4096 * 4
+    # The target keeps its own GGUF runner beside them: its K/V at 16 bits.
+    assert est(eagle, "int8").kv_cache == estimate_memory(plain, "file", 4096, "cpu", variant=variant, cpu_kernels=True).kv_cache
+
+
 def test_estimate_parts_scale_sensibly(entries):
     e = entry(entries, "qwen2.5-coder-7b")
     bf16, fp32, int4 = (estimate_memory(e, p, 4096, "gpu") for p in ("bf16", "fp32", "int4"))
@@ -127,9 +152,11 @@ def test_estimate_parts_scale_sensibly(entries):
     short, long = estimate_memory(e, "bf16", 2048), estimate_memory(e, "bf16", 32768)
     # The prompt is prefilled in chunks: one chunk's activations whatever the context.
     assert long.kv_cache == 16 * short.kv_cache and long.overhead == short.overhead
-    # Where the drafter reads the target's states of every prompt row (MTP), in one pass.
+    # Where the drafter reads the target's states of every prompt row (MTP), they are kept
+    # from the prefill's chunks until it drafts: a row's hidden state each.
     mtp = replace(e, drafter_kind="mtp")
-    assert estimate_memory(mtp, "bf16", 32768).overhead > estimate_memory(mtp, "bf16", 2048).overhead
+    kept = estimate_memory(mtp, "bf16", 32768).overhead - estimate_memory(mtp, "bf16", 2048).overhead
+    assert kept == (32768 - 2048) * e.hidden_size * 4
     cpu = estimate_memory(e, "bf16", 4096, "cpu")
     assert cpu.overhead != bf16.overhead  # the host runtime on the CPU, a CUDA context on the GPU
     with pytest.raises(ValueError):
