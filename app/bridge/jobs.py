@@ -112,7 +112,8 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
     in ModelLoaded for the window to apply to the decode controls."""
     if settings is not None and settings.precision:
         precision = settings.precision
-    skip_drafter = settings is not None and settings.drafter != "model"
+    # "trained": the drafter trained here for the model (Model > Train a drafter…), where there is one.
+    skip_drafter = settings is not None and settings.drafter not in ("model", "trained")
 
     def run(ctx) -> None:
         from engine.models.loading import default_pair
@@ -129,6 +130,9 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
             target_path, drafter_path = default_pair.prepare_pair(precision, not skip_drafter, progress)
         else:
             target_path, drafter_path = Path(target), Path(drafter) if drafter and not skip_drafter else None
+        trained_note = None
+        if settings is not None and settings.drafter == "trained":
+            drafter_path, trained_note = _trained_drafter(target_path, drafter_path)
         if ctx.cancelled():
             return
         import torch
@@ -158,6 +162,7 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
                 resident = str(exc)
                 log.warning("keep in RAM: %s", exc)
         kind, note = default_drafter(session)
+        note = " ".join(n for n in (trained_note, note) if n) or None
         ctx.emit(Progress("Warming up", 0, 0))
         warm_up(session, kind)
         ctx.state.session = session
@@ -181,6 +186,17 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
 
 
 _STAGES = {"assemble": "Assembling model files", "verify": "Verifying checksums", "convert": "Converting to safetensors"}
+
+
+def _trained_drafter(target_path: Path, drafter_path: Path | None) -> tuple[Path | None, str | None]:
+    """(the drafter to load, a note): the one trained here beside the model, else the model's
+    own drafter with a note that none was trained yet."""
+    from app.bridge.distill_jobs import default_drafter_folder
+
+    trained = default_drafter_folder(target_path)
+    if (trained / "config.json").is_file():
+        return trained, None
+    return drafter_path, "no drafter was trained for this model yet (Model > Train a drafter): its usual drafter drafts."
 
 
 def default_drafter(session) -> tuple[str, str | None]:

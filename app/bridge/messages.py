@@ -128,3 +128,17 @@ class ToolNotice:
     """Something about the chat's tools the person should know (a server that did not start)."""
 
     text: str
+
+
+@dataclass(frozen=True)
+class DrafterTrained:
+    """A drafter training run ended (finished, or stopped with the best drafter so far kept):
+    where it is, for which target, and what it reached on the held-out texts."""
+
+    out: str
+    target_path: str
+    message: str
+    best_tokens_per_pass: float | None
+    stopped: bool
+    #: False when nothing usable was saved (stopped before the first scoring, too little data).
+    saved: bool = True

@@ -15,7 +15,8 @@ from engine.core.settings import PRECISION_ALIASES
 
 FOLLOW_APP = ("Follow the app (demo's choice)", "")
 DEFAULT_PAIR = "default-offline"
-DRAFTERS = [("Draft model", "model"), ("Prompt lookup", "lookup"), ("Off (plain decoding)", "off")]
+DRAFTERS = [("Draft model", "model"), ("Trained here (EAGLE-3)", "trained"), ("Prompt lookup", "lookup"),
+            ("Off (plain decoding)", "off")]
 CONTEXTS = [0, 2048, 4096, 8192, 16384, 32768]
 # The ids of GGUF files found on this machine (engine.library.fit_rows.LOCAL_ID_PREFIX, which
 # imports torch: not on the GUI thread).

@@ -9,7 +9,7 @@ from PySide6.QtGui import QKeySequence, QShortcut
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
 
 from app.bridge import jobs
-from app.bridge.messages import DrafterNote, JobEnded, JobEvent, JobFailed, KernelReport
+from app.bridge.messages import DrafterNote, DrafterTrained, JobEnded, JobEvent, JobFailed, KernelReport
 from app.bridge.messages import MachineReport, ModelLoaded, Progress
 from app.bridge.remote_jobs import use_remote
 from app.bridge.server_jobs import start_server
@@ -23,7 +23,7 @@ from app.picker.model_settings import DEFAULT_PAIR, ModelSettingsStore
 from app.picker.models_view import ModelsView
 from app.picker.remote_models import RemoteModelsBox
 from app.server.server_panel import ServerPanel
-from app.shell import gui_gc, window_startup, window_state
+from app.shell import gui_gc, train_drafter, window_startup, window_state
 from app.shell.speculation_status import SpeculationStatus
 from app.shell.stall import StallMonitor
 from app.shell.window_parts import JOB_STATES, ErrorBanner, StatusStrip, UiState
@@ -110,6 +110,8 @@ class MainWindow(QMainWindow):
         self.add_model_action = add_model.install(self)  # File > Add model file…, and the picker's button
         help_menu = self.menuBar().addMenu("&Help")
         help_menu.addAction("&About Tandem", self.show_about)
+        self.last_trained: DrafterTrained | None = None
+        self.train_drafter_action = train_drafter.install(self)  # Model > Train a drafter…, and its notice
 
         self.status = StatusStrip(self.statusBar())
         # The strip's widgets, by the names the window has always had (tests and the self-test read them).
@@ -285,6 +287,8 @@ class MainWindow(QMainWindow):
                 window_startup.load_last_or_default(self, payload.default_pair_ready)
         elif isinstance(payload, ModelLoaded):
             self._loaded(payload)
+        elif isinstance(payload, DrafterTrained):
+            train_drafter.on_trained(self, payload)
         elif isinstance(payload, DrafterNote):
             self.drafter_note.setText(payload.text)
             self.drafter_note.show()
@@ -361,7 +365,7 @@ class MainWindow(QMainWindow):
         self.demo.controls.offer_drafter(loaded.drafter_kind)
         if loaded.settings is not None:  # the model's own drafter and draft length
             c = self.demo.controls
-            wanted = loaded.settings.drafter if loaded.settings.drafter != "model" else loaded.drafter_kind
+            wanted = loaded.settings.drafter if loaded.settings.drafter not in ("model", "trained") else loaded.drafter_kind
             c.drafter.setCurrentIndex(max(0, c.drafter.findData(wanted)))
             c.draft_length.setValue(loaded.settings.draft_length)
         self.speculation.update_state(choice=self.demo.controls.drafter_kind(), target=loaded.target, drafter=loaded.drafter,
@@ -380,7 +384,7 @@ class MainWindow(QMainWindow):
     def _set_state(self, state: UiState) -> None:
         self.state = state
         self.status.set_state(state)
-        self.models.set_busy(state in (UiState.LOADING, UiState.DOWNLOADING, UiState.GENERATING, UiState.CANCELLING))
+        self.models.set_busy(state in (UiState.LOADING, UiState.DOWNLOADING, UiState.GENERATING, UiState.TRAINING, UiState.CANCELLING))
 
     # --- closing ------------------------------------------------------------------------------
     def closeEvent(self, event) -> None:

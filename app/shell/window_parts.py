@@ -16,11 +16,15 @@ class UiState(Enum):
     DOWNLOADING = "Downloading"
     LOADING = "Loading"
     GENERATING = "Generating"
+    TRAINING = "Training a drafter"
     CANCELLING = "Cancelling"
     ERROR = "Error"
 
 
-JOB_STATES = {"load": UiState.LOADING, "download": UiState.DOWNLOADING, "demo": UiState.GENERATING, "chat": UiState.GENERATING}
+JOB_STATES = {"load": UiState.LOADING, "download": UiState.DOWNLOADING, "demo": UiState.GENERATING, "chat": UiState.GENERATING,
+              "distill": UiState.TRAINING}
+# Long jobs the status strip offers to cancel (the demo and the chat have their own Stop).
+CANCELLABLE = (UiState.LOADING, UiState.DOWNLOADING, UiState.TRAINING)
 
 
 class ErrorBanner(QWidget):
@@ -64,9 +68,9 @@ class StatusStrip:
 
     def set_state(self, state: UiState) -> None:
         self.state_label.setText(state.value)
-        self.cancel_button.setVisible(state in (UiState.LOADING, UiState.DOWNLOADING))
+        self.cancel_button.setVisible(state in CANCELLABLE)
         self.cancel_button.setEnabled(state is not UiState.CANCELLING)
-        if state in (UiState.LOADING, UiState.DOWNLOADING):
+        if state in CANCELLABLE:
             self.show_progress(Progress("", 0, 0))  # the state label already names it
 
     def show_progress(self, p: Progress) -> None:
