@@ -129,18 +129,18 @@ def _model_name(target: Runner) -> str:
     return str(getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "") or "the target")
 
 
-def prefill(target: Runner, run: _Run, prompt_ids: list[int], fresh: bool = False,
+def prefill(target: Runner, run: _Run, prompt_ids: list[int], kept: int | None = None,
             after_chunk: Callable[[int], None] | None = None,
             cancel: Callable[[], bool] = lambda: False) -> Iterator[Event]:
     """Feed the prompt after the prefix the target's cache already holds, in chunks of
     PREFILL_CHUNK with a Stats event (prompt tokens done / total) after each; returns the first
     chosen token (``token = yield from prefill(...)``). Raises Cancelled between chunks.
-    ``fresh``: the whole prompt on an empty cache, for drafters that read the target's states of
-    every prompt position: ``after_chunk(target.length)`` after each chunk but the last lets
-    them keep a chunk's states before the next pass replaces them."""
-    if fresh:
-        target.reset()
-    kept = 0 if fresh else keep_common_prefix(target, prompt_ids)
+    ``kept``: the prompt's first tokens the caller left in the target's cache (None: the
+    prefix it shares with the prompt). ``after_chunk(target.length)`` after each chunk but the
+    last: drafters that read the target's states of every prompt position keep a chunk's
+    before the next pass replaces them."""
+    if kept is None:
+        kept = keep_common_prefix(target, prompt_ids)
     run.stats.prefilled(kept, cached=kept)
     pending = prompt_ids[kept:]
     while len(pending) > PREFILL_CHUNK:
@@ -260,6 +260,23 @@ def speculate_step(
     return Step(draft, n, verdict.next_token, t1 - t0, time.perf_counter() - t1)
 
 
+def _keep_prefix_with(target: Runner, drafter: Drafter, prompt_ids: list[int]) -> int:
+    """For a drafter that reads the target's states: the prompt's first positions both keep from
+    the previous request on this runner (the target's common prefix, cropped to what the
+    drafter's own cache still holds valid); 0, both reset, where it keeps nothing across
+    requests or last read another runner."""
+    if drafter.keep_prefix is None or getattr(drafter, "target", None) is not target:
+        target.reset()
+        drafter.reset()
+        return 0
+    kept = drafter.keep_prefix(keep_common_prefix(target, prompt_ids))
+    if kept == 0:
+        target.reset()
+    elif kept < target.length:
+        target.crop(kept)
+    return kept
+
+
 def speculative_decode(
     target: Runner,
     drafter: Drafter,
@@ -275,8 +292,10 @@ def speculative_decode(
     models; ``costs["measured"]`` seeds the draft-length controller and is updated at the end."""
     try:
         run = _Run(target, tokenizer, prompt_ids, settings, eos_ids)
-        drafter.reset()
         reads_target = drafter.attach_target is not None  # the target's hidden states and K/V
+        kept = _keep_prefix_with(target, drafter, prompt_ids) if reads_target else None
+        if not reads_target:
+            drafter.reset()
         run.forcing = not reads_target
         if drafter.follow is not None:  # a drafter that drafts under the output's grammar
             drafter.follow(run.constraint)
@@ -285,9 +304,9 @@ def speculative_decode(
         controller = DraftLengthController(fixed=settings.draft_length, max_k=settings.max_draft_length,
                                            drafting_is_free=drafter.free, known=(costs or {}).get("measured"))
         t = time.perf_counter()
-        # Drafters that read the target's hidden states need them for the whole prompt: they
-        # keep each chunk's as the target computes them (their ``observe``).
-        token = yield from prefill(target, run, prompt_ids, fresh=reads_target,
+        # Drafters that read the target's hidden states need them for every prompt position the
+        # target computes: they keep each chunk's as it comes (their ``observe``).
+        token = yield from prefill(target, run, prompt_ids, kept=kept,
                                    after_chunk=drafter.observe if reads_target else None, cancel=cancel)
         yield from run.emit([token], [False], 0, 0, time.perf_counter() - t)
         yield from run.emit_forced()

@@ -42,6 +42,12 @@ class Drafter(Protocol):
     #: Drafters that draft under the output's grammar (a draft model) take the request's
     #: constraint here (None: free text); None where the loop only filters the drafts.
     follow: Callable[[GrammarConstraint | None], None] | None
+    #: Drafters that read the target's states and keep their own cache of them across requests
+    #: (EAGLE-3, DFlash): ``keep_prefix(n)``, given the n first positions the target's cache keeps
+    #: for the next request, crops the drafter's cache to what stays valid and returns how many
+    #: positions it kept (at most n): the target hands over its states from there again. None
+    #: for the others (reset at every request).
+    keep_prefix: Callable[[int], int] | None
 
     def reset(self) -> None:
         """Forget everything about the previous request."""
@@ -65,3 +71,4 @@ class DrafterBase:
     catch_up_s = 0.0
     attach_target: Callable[[Runner], None] | None = None
     follow: Callable[[GrammarConstraint | None], None] | None = None
+    keep_prefix: Callable[[int], int] | None = None

@@ -136,6 +136,17 @@ class DFlashDrafter(DrafterBase):
         self.length = 0  # target positions whose context K/V every layer holds
         self._states = KeptStates()
 
+    def keep_prefix(self, n: int) -> int:
+        # A context position's K/V come from the target's states there alone.
+        kept = min(self.length, n)
+        if kept == 0:
+            self.reset()
+            return 0
+        self.length = kept
+        self._states = KeptStates()
+        self._states.kept = kept
+        return kept
+
     def prepare(self, prompt: list[int]) -> None:
         self._states.keep(self.target.aux, self.target.aux_start, self.target.length, "the drafter's layer states")
 

@@ -48,6 +48,18 @@ class Eagle3Drafter(DrafterBase):
         self._states = KeptStates()  # [n, 3H] for positions length .. kept - 1
         self.catch_up_s = 0.0
 
+    def keep_prefix(self, n: int) -> int:
+        # Entry j holds the states at j with the token at j + 1: it stays valid while both do.
+        kept = min(self.length, max(n - 1, 0))
+        if kept == 0:
+            self.reset()
+            return 0
+        self.length = kept
+        self._states = KeptStates()
+        self._states.kept = kept
+        self.catch_up_s = 0.0
+        return kept
+
     def prepare(self, prompt: list[int]) -> None:
         # ``prompt`` ends with the first chosen token; the target's prefill computed the rest.
         self._keep(self.target.length)

@@ -97,6 +97,8 @@ class Session:
         # turn, a regenerate or the server's next request of a conversation prefills only what
         # it adds. Drafters that read the target's own states get a fresh runner each time.
         self.target_caches = RunnerPool(self._new_target_runner)
+        # The runner each drafter made for the target reads its states from (by the drafter's id).
+        self._states_runners: dict[int, object] = {}
         #: Set when a requested drafter was replaced by another one; says why, for the user.
         self.drafter_note: str | None = None
         #: Torch's threads between steps: as many as the cores other programs leave free, at most
@@ -253,6 +255,19 @@ class Session:
     def _leased(self, prompt_ids: list[int], drafter, run: Callable) -> Iterator[Event]:
         """Run ``run(runner)`` on the kept cache that shares the most with ``prompt_ids``, and keep
         the cache for the next request when it ends (finished, failed or abandoned)."""
+        if drafter is not None and drafter.keep_prefix is not None:
+            # A drafter made for the target keeps its cache of the target's states across
+            # requests, with the one runner it read them from: a chat's next turn prefills only
+            # what it adds, for both.
+            runner = self._states_runners.get(id(drafter))
+            if runner is None:
+                runner = self._states_runners[id(drafter)] = self.target_runner(drafter)
+            for event in self.threads.paced(run(runner)):
+                if isinstance(event, Failed):  # a pass may have stopped half-way: keep nothing of it
+                    runner.reset()
+                    drafter.reset()
+                yield event
+            return
         if drafter is not None and drafter.attach_target is not None:
             yield from self.threads.paced(run(self.target_runner(drafter)))
             return
@@ -281,6 +296,8 @@ class Session:
         """Drop every kept cache, the target's and the draft model's: the next request prefills
         its whole prompt, as a first turn does (what compare and bench measure)."""
         self.target_caches.clear()
+        for runner in self._states_runners.values():
+            runner.reset()
         if isinstance(self._model_drafter, DraftModelDrafter):
             self._model_drafter.forget()
 

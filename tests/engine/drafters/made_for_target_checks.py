@@ -83,3 +83,29 @@ def sampled_outcomes(drafter, target, tokenizer, law, *, trials, temperature, to
         accepted += result.stats.accepted
         samples.append(index[result.token_ids])
     return torch.tensor(samples), drafted, accepted
+
+
+def _finished(events) -> Finished:
+    last = [e for e in events if isinstance(e, Finished)]
+    assert last, "the request did not finish"
+    return last[0]
+
+
+def assert_turns_reuse_the_prefix(session, tokenizer, settings: DecodeSettings) -> None:
+    """A conversation through the session with a drafter made for the target: the second turn
+    (the first prompt, its reply, a new message) prefills only what it adds; a third turn whose
+    start was edited prefills (nearly) all of it; every turn's output is plain decoding's on a
+    fresh cache."""
+    p1 = token_ids(tokenizer, PROMPTS[0])
+    r1 = _finished(session.speculative(p1, settings))
+    p2 = p1 + list(r1.token_ids) + token_ids(tokenizer, PROMPTS[1])
+    r2 = _finished(session.speculative(p2, settings))
+    p3 = [p2[0], (p2[1] + 1) % len(tokenizer)] + p2[2:]
+    r3 = _finished(session.speculative(p3, settings))
+    assert len(p1) <= r2.stats.cached_tokens < len(p2)
+    assert r3.stats.cached_tokens <= 1
+    assert r2.stats.drafted > 0 and r3.stats.drafted > 0
+    for prompt, spec in ((p1, r1), (p2, r2), (p3, r3)):
+        session.forget_prefixes()
+        plain = _finished(session.plain(prompt, settings))
+        assert spec.token_ids == plain.token_ids

@@ -19,7 +19,14 @@ from engine.models.runners.runner import ModelRunner
 from engine.session.session import Session
 from engine.testing.tiny_gguf import build_model
 from tests.engine.drafters import eagle3_checkpoints as checkpoints
-from tests.engine.drafters.made_for_target_checks import PROMPTS, assert_greedy_is_plain, rechecked, sampled_outcomes, token_ids
+from tests.engine.drafters.made_for_target_checks import (
+    PROMPTS,
+    assert_greedy_is_plain,
+    assert_turns_reuse_the_prefix,
+    rechecked,
+    sampled_outcomes,
+    token_ids,
+)
 from tests.engine.helpers import run_to_end
 from tests.stats_helpers import assert_same_distribution, exact_law
 
@@ -116,3 +123,4 @@ def test_a_gguf_target_through_the_session_and_compare(tmp_path, tokenizer, caps
     plain = [e for e in session.plain(prompt, DecodeSettings(max_new_tokens=20)) if isinstance(e, Finished)][0]
     spec = [e for e in session.speculative(prompt, DecodeSettings(max_new_tokens=20)) if isinstance(e, Finished)][0]
     assert spec.token_ids == plain.token_ids
+    assert_turns_reuse_the_prefix(session, tokenizer, DecodeSettings(max_new_tokens=16, draft_length=5))

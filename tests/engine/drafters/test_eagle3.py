@@ -21,7 +21,14 @@ from engine.session.session import Session
 from engine.testing.tiny_gguf import build_model as build_small_init_model
 from engine.testing.tiny_models import build_model
 from tests.engine.drafters import eagle3_checkpoints as checkpoints
-from tests.engine.drafters.made_for_target_checks import PROMPTS, assert_greedy_is_plain, rechecked, sampled_outcomes, token_ids
+from tests.engine.drafters.made_for_target_checks import (
+    PROMPTS,
+    assert_greedy_is_plain,
+    assert_turns_reuse_the_prefix,
+    rechecked,
+    sampled_outcomes,
+    token_ids,
+)
 from tests.engine.helpers import run_to_end
 from tests.stats_helpers import assert_same_distribution, exact_law
 
@@ -178,6 +185,12 @@ def test_a_prompt_of_several_prefill_chunks_is_prefilled_in_chunks_with_the_same
     assert progress == [PREFILL_CHUNK * i for i in range(1, len(progress) + 1)] and len(progress) >= 1
     spec = events[-1]
     assert isinstance(spec, Finished) and spec.token_ids == plain.token_ids and spec.stats.drafted > 0
+
+
+def test_a_conversations_turns_reuse_the_prefix_of_both_caches(gguf_target, tokenizer):
+    path, folder = gguf_target
+    assert_turns_reuse_the_prefix(Session.load(path, folder, precision="file"), tokenizer,
+                                  DecodeSettings(max_new_tokens=16, draft_length=3))
 
 
 def test_cli_compare_with_an_eagle3_drafter(gguf_target, capsys):
