@@ -188,7 +188,7 @@ class DFlashDrafter(DrafterBase):
 
 
 def load_dflash_drafter(folder: Path, spec: SpeculatorSpec, target_model, target_name: str,
-                        target_names: tuple[str, ...] = ()) -> DFlashDrafter:
+                        target_names: tuple[str, ...] = (), quantize: bool = False) -> DFlashDrafter:
     """A DFlash drafter for ``target_model`` (DrafterMismatch, the user's message, when it does
     not fit or its files are incomplete)."""
     name = Path(folder).name
@@ -205,6 +205,11 @@ def load_dflash_drafter(folder: Path, spec: SpeculatorSpec, target_model, target
                              identity_d2t=layers.lm_head is None or spec.draft_vocab_size == spec.layers.vocab_size)
     except SpeculatorError as exc:
         raise DrafterMismatch(str(exc)) from exc
+    if quantize:  # as an EAGLE-3's: a quarter of the fp32 layers' bytes, read at every block
+        from engine.quant.quantize import int8_available, quantize_linears
+
+        if int8_available():
+            quantize_linears(layers, include_head=True)
     # DFlash counts a layer's output; the runners keep a layer's input: id d is input d + 1.
     return DFlashDrafter(layers.eval(), tuple(i + 1 for i in ids), target_model.get_input_embeddings(),
                          target_model.get_output_embeddings(), int(spec.mask_token_id), spec.block_size or 16,

@@ -26,5 +26,5 @@ def load_made_for_target(folder: Path, target_model, target_name: str, target_na
     except SpeculatorError as exc:
         raise DrafterMismatch(str(exc)) from exc
     if spec.algorithm == "dflash":
-        return load_dflash_drafter(Path(folder), spec, target_model, target_name, target_names)
+        return load_dflash_drafter(Path(folder), spec, target_model, target_name, target_names, quantize=quantize)
     return load_eagle3_drafter(Path(folder), target_model, target_name, target_names, quantize=quantize)

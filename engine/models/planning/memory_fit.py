@@ -378,10 +378,10 @@ DRAFT_KV_FIRST_CAPACITY = 64
 
 def made_for_target_bytes(entry: CatalogEntry, context: int, quantized: bool) -> int:
     """An EAGLE-3 / DFlash drafter as the engine holds it (engine.drafters): its layers in fp32,
-    an EAGLE-3's linears at int8 where the CPU kernels run (``quantized``); a token embedding it
-    ships kept at its stored 16 bits; its own fp32 K/V, grown by doubling, for ``context`` tokens."""
+    their linears at int8 where the CPU kernels run (``quantized``); a token embedding it ships
+    kept at its stored 16 bits; its own fp32 K/V, grown by doubling, for ``context`` tokens."""
     embedding = entry.drafter_embedding_params
-    linears_per_weight = 1.0 if quantized and entry.drafter_kind == "eagle3" else 4.0
+    linears_per_weight = 1.0 if quantized else 4.0
     weights = math.ceil((entry.drafter_params - embedding) * linears_per_weight) + weight_bytes(embedding, STORED_PRECISION)
     arch = entry.drafter_arch
     if arch is None:

@@ -115,6 +115,11 @@ def test_a_gguf_target_through_the_session_and_compare(tmp_path, tokenizer, caps
     session = Session.load(path, folder, precision="file")
     drafter = session.drafter("model")
     assert isinstance(drafter, DFlashDrafter) and isinstance(session.target_runner(drafter), GgufRunner)
+    # On the CPU its linears run int8, as an EAGLE-3's (the session's "auto" drafter weights).
+    from engine.quant.quantize import Int8Linear, int8_available
+
+    assert int8_available() and all(not isinstance(m, torch.nn.Linear) for m in drafter.layers.modules())
+    assert any(isinstance(m, Int8Linear) for m in drafter.layers.modules())
     code = cli_main(["compare", "--target", str(path), "--drafter-model", str(folder), "--max-new-tokens", "16",
                      "--draft-length", "5", PROMPTS[0]])
     assert code == 0 and "outputs: identical" in capsys.readouterr().out

@@ -118,9 +118,9 @@ def test_drafter_memory_by_kind(entries):
 
 
 def test_drafters_made_for_the_target_as_the_engine_holds_them(entries):
-    """EAGLE-3: its linears int8 where the CPU kernels run (fp32 elsewhere), a shipped embedding
-    at its stored bf16, one layer of fp32 K/V; DFlash: every layer fp32 with its K/V. Both keep
-    the target's states of the prompt's rows (three layers', one per draft layer)."""
+    """Their linears int8 where the CPU kernels run (fp32 elsewhere), a shipped embedding at its
+    stored bf16, fp32 K/V of their own (EAGLE-3's one layer, DFlash's five). Both keep the
+    target's states of the prompt's rows (three layers', one per draft layer)."""
     eagle, dflash = entry(entries, "qwen3-8b-eagle3"), entry(entries, "qwen3-8b-dflash")
     variant = eagle.variants[0]
     kv_row = lambda layers: 2 * layers * 8 * 128 * 4  # noqa: E731  fp32 K and V, 8 heads of 128
@@ -130,7 +130,8 @@ def test_drafters_made_for_the_target_as_the_engine_holds_them(entries):
     assert embedding == 151936 * 4096
     assert est(eagle, "int8").drafter == (eagle.drafter_params - embedding) + 2 * embedding + 4096 * kv_row(1)
     assert est(eagle, "bf16").drafter == 4 * (eagle.drafter_params - embedding) + 2 * embedding + 4096 * kv_row(1)
-    assert est(dflash, "int8").drafter == 4 * dflash.drafter_params + 4096 * kv_row(5)
+    assert est(dflash, "int8").drafter == dflash.drafter_params + 4096 * kv_row(5)
+    assert est(dflash, "bf16").drafter == 4 * dflash.drafter_params + 4096 * kv_row(5)
     # Their cache doubles from 64 positions: 5,000 tokens hold 8,192.
     assert estimate_memory(eagle, "file", 5000, "cpu", variant=variant, drafter_weights="int8", cpu_kernels=True).drafter \
         == est(eagle, "int8").drafter + 4096 * kv_row(1)
