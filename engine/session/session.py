@@ -95,9 +95,11 @@ class Session:
         self._mtp_drafter: Drafter | None = None
         # The target's caches of recent requests (engine.models.runners.prefix_reuse): a chat's next
         # turn, a regenerate or the server's next request of a conversation prefills only what
-        # it adds. Drafters that read the target's own states get a fresh runner each time.
+        # it adds. Drafters that read transformers' cache and states (MTP layers, an assistant)
+        # get a fresh runner each time.
         self.target_caches = RunnerPool(self._new_target_runner)
-        # The runner each drafter made for the target reads its states from (by the drafter's id).
+        # The runner each drafter made for the target (EAGLE-3, DFlash) reads its states from, kept
+        # with the drafter's own cache across requests (by the drafter's id).
         self._states_runners: dict[int, object] = {}
         #: Set when a requested drafter was replaced by another one; says why, for the user.
         self.drafter_note: str | None = None
