@@ -65,12 +65,28 @@ def copies(nbytes: int) -> int:
 
 
 def set_tiles(tiles: str) -> None:
+    """"avx2", "avx512_vnni" or "amx_int8" (the GGUF kernel's Q4_K / Q6_K on AMX for 2 or more
+    rows, the rest and the int4 kernel on VNNI)."""
     from kernels.gguf_linear import cpu_avx2 as gguf_cpu
     from kernels.int4_linear import cpu_avx2 as int4_cpu
 
-    gguf_cpu.gguf_allow_vnni(tiles == "avx512_vnni")
-    int4_cpu.int4_allow_vnni(tiles == "avx512_vnni")
-    assert gguf_cpu.gguf_isa() == tiles and int4_cpu.int4_isa() == tiles
+    gguf_cpu.gguf_allow_vnni(tiles != "avx2")
+    gguf_cpu.gguf_allow_amx(tiles == "amx_int8")
+    int4_cpu.int4_allow_vnni(tiles != "avx2")
+    assert gguf_cpu.gguf_isa() == tiles and int4_cpu.int4_isa() == ("avx2" if tiles == "avx2" else "avx512_vnni")
+
+
+def tile_sets_here() -> list[str]:
+    """The tile sets this CPU runs, plainest first."""
+
+    found = ["avx2"]
+    for tiles in ("avx512_vnni", "amx_int8"):
+        try:
+            set_tiles(tiles)
+            found.append(tiles)
+        except AssertionError:
+            break
+    return found
 
 
 def time_model(path: Path, rows: list[int], repeats: int) -> None:
@@ -102,19 +118,18 @@ def main() -> None:
     parser.add_argument("--types", nargs="+", help="GGUF types (default: the model's own)")
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--gguf", type=Path, help="time every linear weight of this GGUF file instead")
+    parser.add_argument("--tiles", nargs="+", choices=["avx2", "avx512_vnni", "amx_int8"],
+                        help="only these tile sets (default: every one this CPU has)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if gguf_linear.active_backend() != "cpu_avx2" or int4_linear.active_backend() != "cpu_avx2":
         sys.exit("the compiled kernels are not available here")
     gen = torch.Generator().manual_seed(0)
     x_all = torch.randn(max(args.rows), max(k for _, _, k in SHAPES[args.model]), generator=gen)
-    from kernels.gguf_linear import cpu_avx2
-
-    cpu_avx2.gguf_allow_vnni(True)
-    tile_sets = ["avx2"] + (["avx512_vnni"] if cpu_avx2.gguf_isa() == "avx512_vnni" else [])
+    tile_sets = [t for t in tile_sets_here() if args.tiles is None or t in args.tiles]
     if args.gguf is not None:
         for tiles in tile_sets:
-            cpu_avx2.gguf_allow_vnni(tiles == "avx512_vnni")
+            set_tiles(tiles)
             print(f"{args.threads} threads, {gguf_linear.backend_name()}, best of {args.repeats}")
             time_model(args.gguf, args.rows, args.repeats)
         return

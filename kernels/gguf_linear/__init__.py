@@ -94,7 +94,11 @@ def fast_types() -> tuple[T, ...]:
 
 
 def backend_detail() -> str:
-    """" (AVX-512 VNNI)" where the compiled backend's tiles use it."""
+    """" (AVX-512 VNNI)" where the compiled backend's tiles use it, " (AVX-512 VNNI, AMX-INT8)"
+    where Q4_K / Q6_K against many rows run on AMX tiles too."""
+    fast = backends.fast()
+    if fast is not None and getattr(fast, "gguf_isa", None) and fast.gguf_isa() == "amx_int8":
+        return " (AVX-512 VNNI, AMX-INT8)"
     return backends.detail()
 
 

@@ -1,4 +1,4 @@
-"""AVX2 + FMA + F16C backend (with AVX-512 VNNI tiles where the CPU has them), compiled on first
+"""AVX2 + FMA + F16C backend (with AVX-512 VNNI and AMX-INT8 tiles where the CPU has them), compiled on first
 use with torch's cpp_extension (cached in torch's extensions dir; the set-up builds it ahead)."""
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def linear_group(x: torch.Tensor, weights, biases) -> torch.Tensor:
 
 
 def gguf_isa() -> str:
-    """Which tiles run: "avx512_vnni" (where the CPU has them) or "avx2"."""
+    """Which tiles run: "amx_int8" (Q4_K / Q6_K against many rows on AMX, the rest on VNNI),
+    "avx512_vnni" (where the CPU has them) or "avx2"."""
     return _module().gguf_isa()
 
 
@@ -40,3 +41,14 @@ def gguf_allow_vnni(on: bool) -> None:
 def gguf_allow_prefill(on: bool) -> None:
     """Allow the VNNI tiles of 16 weight rows for many input rows (tests compare their bits)."""
     _module().gguf_allow_prefill(on)
+
+
+def gguf_allow_amx(on: bool) -> None:
+    """Allow the AMX-INT8 tiles where the CPU and the OS have them (tests compare their bits)."""
+    _module().gguf_allow_amx(on)
+
+
+def gguf_amx_rows(rows: int = 0) -> int:
+    """Set the input rows from which Q4_K / Q6_K take the AMX tiles (0: leave it); returns the
+    previous value (tests run every row count on them)."""
+    return _module().gguf_amx_rows(rows)

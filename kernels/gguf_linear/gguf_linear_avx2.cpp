@@ -2,7 +2,8 @@
 // contract bit for bit: x quantized per block to int8 (gguf_inputs.h), exact int32 sums per
 // block (gguf_formats_*.h), the fp32 steps per block in order, 8 weight rows at once
 // (gguf_tiles.h), or on AVX-512 VNNI 16 at once for Q4_K / Q6_K against 6 or more input rows
-// (gguf_prefill_vnni.h). A row's bits never depend on how many rows share the call, nor on
+// (gguf_prefill_vnni.h), or where the CPU has AMX-INT8 16 at once on its tiles against 64 or
+// more (gguf_amx.h: a prompt's prefill chunk). A row's bits never depend on how many rows share the call, nor on
 // which tiles run. Compiled with -ffp-contract=off: a fused multiply-add would round once where
 // the contract (and torch) rounds twice.
 #include <torch/extension.h>
@@ -13,6 +14,7 @@
 #include "gguf_formats_avx2.h"
 #include "gguf_formats_vnni.h"
 #include "gguf_prefill_vnni.h"
+#include "gguf_amx.h"
 
 namespace tandem_gguf {
 
@@ -30,10 +32,37 @@ inline bool& prefill_enabled() {
   return on;
 }
 
+// The AMX tiles (gguf_amx.h) where the CPU has them; tests turn them off to compare bits.
+inline bool& amx_enabled() {
+  static bool on = tandem_gguf_amx::amx_allowed_by_env();
+  return on;
+}
+
+inline bool use_amx_tiles(bool vnni) { return vnni && amx_enabled() && tandem_gguf_amx::cpu_has_amx_int8(); }
+
+// Input rows from which the AMX tiles take Q4_K / Q6_K: a prefill chunk of 512 rows runs 1.4x
+// faster on them in the runner, but a verification of 16 rows ran slower than on the VNNI
+// tiles (docs/benchmarks/log.md), so few rows stay there. Tests lower it to run every row count
+// on them.
+constexpr int64_t kAmxRows = 64;
+
+inline int64_t& amx_rows() {
+  static int64_t rows = kAmxRows;
+  return rows;
+}
+
+// Whether M input rows take the AMX tiles for ``qtype``.
+inline bool use_amx(bool vnni, int64_t qtype, int64_t M) {
+  return M >= amx_rows() && tandem_gguf_vnni::prefill_type(qtype) && use_amx_tiles(vnni);
+}
+
 // Whether M input rows on the VNNI tiles take the prefill tiles for ``qtype``.
 inline bool use_prefill(bool vnni, int64_t qtype, int64_t M) {
-  return vnni && prefill_enabled() && M >= tandem_gguf_vnni::kPrefillRows && tandem_gguf_vnni::prefill_type(qtype);
+  return vnni && prefill_enabled() && M >= tandem_gguf_vnni::kPrefillRows && tandem_gguf_vnni::prefill_type(qtype) &&
+         !use_amx(vnni, qtype, M);
 }
+
+inline const char* isa_name() { return use_amx_tiles(vnni_enabled()) ? "amx_int8" : tandem_avx2::tile_set_name(vnni_enabled()); }
 
 torch::Tensor linear(torch::Tensor x, torch::Tensor raw, int64_t qtype, int64_t N, int64_t K, c10::optional<torch::Tensor> bias) {
   const bool kquant = qtype == Q4_K || qtype == Q5_K || qtype == Q6_K;
@@ -56,10 +85,14 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor raw, int64_t qtype, int64_t 
   }
   Inputs in;
   const bool vnni = use_vnni();
+  const bool amx = use_amx(vnni, qtype, M);
   const bool prefill = use_prefill(vnni, qtype, M);
-  quantize_inputs(xf.data_ptr<float>(), M, K, QB, in, vnni && !prefill && (qtype == Q4_K || qtype == Q5_K));
+  quantize_inputs(xf.data_ptr<float>(), M, K, QB, in, vnni && !prefill && !amx && (qtype == Q4_K || qtype == Q5_K));
   bool done;
-  if (prefill) {
+  if (amx) {
+    const tandem_gguf_vnni::Job job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N};
+    done = tandem_gguf_amx::amx_group(&job, &qtype, 1, M);
+  } else if (prefill) {
     const tandem_gguf_vnni::Job job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N};
     done = tandem_gguf_vnni::prefill_group(&job, &qtype, 1, M);
   } else {
@@ -118,15 +151,18 @@ torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std
   auto out = torch::empty({M, total}, xf.options());
   if (M == 0 || total == 0) return out.to(x.scalar_type()).reshape(out_shape);
   const bool vnni = use_vnni();
-  bool prefill = false;  // any weight on the prefill tiles: then all of them run in their region
-  for (size_t j = 0; j < count; ++j) prefill = prefill || use_prefill(vnni, qtypes[j], M);
+  bool prefill = false, amx = false;  // any weight on the prefill (AMX) tiles: then all of them run in their region
+  for (size_t j = 0; j < count; ++j) {
+    prefill = prefill || use_prefill(vnni, qtypes[j], M);
+    amx = amx || use_amx(vnni, qtypes[j], M);
+  }
   // The input layouts the weights read: per 256 values (interleaved for VNNI Q4_K / Q5_K on the
   // tiles of 8) or 32.
   Inputs layouts[3];
   bool made[3] = {false, false, false};
   std::vector<const Inputs*> inputs(count);
   for (size_t j = 0; j < count; ++j) {
-    const bool interleave = vnni && (qtypes[j] == Q5_K || (qtypes[j] == Q4_K && !prefill));
+    const bool interleave = vnni && (qtypes[j] == Q5_K || (qtypes[j] == Q4_K && !prefill && !amx));
     const int which = is_kquant(qtypes[j]) ? (interleave ? 0 : 1) : 2;
     if (!made[which]) {
       quantize_inputs(xf.data_ptr<float>(), M, K, which == 2 ? 32 : 256, layouts[which], interleave);
@@ -134,7 +170,9 @@ torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std
     }
     inputs[j] = &layouts[which];
   }
-  const bool done = prefill
+  const bool done = amx
+      ? run_jobs<tandem_gguf_vnni::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_amx::amx_group)
+      : prefill
       ? run_jobs<tandem_gguf_vnni::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_vnni::prefill_group)
       : vnni
       ? run_jobs<tandem_gguf_vnni::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_vnni::run_group)
@@ -152,10 +190,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_group", &tandem_gguf::linear_group,
         "several GGUF-block linears on one input, outputs side by side, in one parallel region",
         py::call_guard<py::gil_scoped_release>());
-  m.def("gguf_isa", []() { return std::string(tandem_avx2::tile_set_name(tandem_gguf::vnni_enabled())); },
-        "which tiles run: avx512_vnni or avx2");
+  m.def("gguf_isa", []() { return std::string(tandem_gguf::isa_name()); },
+        "which tiles run: amx_int8 (Q4_K / Q6_K against many rows; the rest avx512_vnni), avx512_vnni or avx2");
   m.def("gguf_allow_vnni", [](bool on) { tandem_gguf::vnni_enabled() = on; },
         "allow the AVX-512 VNNI tiles where the CPU has them (tests compare both on one machine)");
   m.def("gguf_allow_prefill", [](bool on) { tandem_gguf::prefill_enabled() = on; },
         "allow the VNNI tiles of 16 weight rows for many input rows (tests compare their bits)");
+  m.def("gguf_allow_amx", [](bool on) { tandem_gguf::amx_enabled() = on; },
+        "allow the AMX-INT8 tiles where the CPU and the OS have them (tests compare their bits)");
+  m.def("gguf_amx_rows", [](int64_t rows) {
+        const int64_t was = tandem_gguf::amx_rows();
+        if (rows > 0) tandem_gguf::amx_rows() = rows;
+        return was;
+      },
+        "set the input rows from which Q4_K / Q6_K take the AMX tiles (0: leave it); returns the previous value");
 }

@@ -23,21 +23,28 @@ def kernel_params(available: list[str]) -> list[str]:
 
 
 @contextmanager
-def kernel_in_use(package, param: str, isa: str, allow: str):
+def kernel_in_use(package, param: str, isa: str, allow: str, allow_amx: str | None = None):
     """Run ``package`` on the backend and tile set ``param`` names (see kernel_params), then put
     back what was in use. ``isa`` / ``allow``: the names of the compiled module's tile-set query
-    and switch (``a16_isa`` / ``a16_allow_vnni``, ``int4_isa`` / ``int4_allow_vnni``)."""
+    and switch (``a16_isa`` / ``a16_allow_vnni``, ``int4_isa`` / ``int4_allow_vnni``);
+    ``allow_amx``: its AMX switch, for a package whose tile sets include "amx_int8" (the VNNI
+    tiles plus AMX ones)."""
     name, _, tiles = param.partition("/")
     previous = package.active_backend()
     package.use_backend(name)
     compiled = importlib.import_module(f"{package.__name__}.cpu_avx2") if name == "cpu_avx2" else None
     if compiled is not None:
-        was_on = getattr(compiled, isa)() == "avx512_vnni" or not HAS_VNNI
-        getattr(compiled, allow)(tiles == "avx512_vnni")
+        was = getattr(compiled, isa)()
+        was_on = was in ("avx512_vnni", "amx_int8") or not HAS_VNNI
+        getattr(compiled, allow)(tiles in ("avx512_vnni", "amx_int8"))
+        if allow_amx is not None:
+            getattr(compiled, allow_amx)(tiles == "amx_int8")
         assert getattr(compiled, isa)() == (tiles or "avx2")
     try:
         yield param
     finally:
         if compiled is not None:
             getattr(compiled, allow)(was_on)
+            if allow_amx is not None:
+                getattr(compiled, allow_amx)(was != "avx512_vnni")  # VNNI without AMX: they were off
         package.use_backend(previous)

@@ -1,6 +1,7 @@
 """GGUF-native linear: dequantize bit for bit as gguf-py's numpy reference (random blocks and the
 default pair's real tensors), the reference linear's contract, and every compiled tile set
-against the reference, bit for bit, for every supported type and 1..20 rows."""
+(AVX2, AVX-512 VNNI, AMX-INT8 where the CPU and OS have them) against the reference, bit for
+bit, for every supported type and 1..20 rows."""
 from pathlib import Path
 
 import numpy as np
@@ -149,15 +150,51 @@ def test_reference_rows_are_independent(qtype):
     assert torch.equal(together, alone)
 
 
-COMPILED = [p for p in kernel_params(gguf_linear.available_backends()) if p != "reference"]
+def _amx_runs() -> bool:
+    """Whether the compiled backend's AMX tiles run here (the CPU has AMX-INT8 and the OS lets
+    this process use the tiles)."""
+    if "cpu_avx2" not in gguf_linear.available_backends():
+        return False
+    from kernels.gguf_linear import cpu_avx2
+
+    before = cpu_avx2.gguf_isa()
+    cpu_avx2.gguf_allow_vnni(True)
+    cpu_avx2.gguf_allow_amx(True)
+    runs = cpu_avx2.gguf_isa() == "amx_int8"
+    cpu_avx2.gguf_allow_vnni(before != "avx2")
+    cpu_avx2.gguf_allow_amx(before != "avx512_vnni")
+    return runs
+
+
+HAS_AMX = _amx_runs()
+COMPILED = [p for p in kernel_params(gguf_linear.available_backends()) if p != "reference"] + (
+    ["cpu_avx2/amx_int8"] if HAS_AMX else [])
+needs_amx = pytest.mark.skipif(not HAS_AMX, reason="no AMX-INT8 tiles here (CPU or OS)")
 
 
 @pytest.fixture(params=COMPILED or [pytest.param("cpu_avx2", marks=pytest.mark.skip(reason="no compiled backend here"))])
 def kernel(request):
     """The compiled backend on each tile set this CPU has ("cpu_avx2": AVX2 tiles,
-    "cpu_avx2/avx512_vnni": AVX-512 VNNI tiles)."""
-    with kernel_in_use(gguf_linear, request.param, "gguf_isa", "gguf_allow_vnni") as param:
+    "cpu_avx2/avx512_vnni": AVX-512 VNNI tiles, "cpu_avx2/amx_int8": those plus AMX tiles for
+    Q4_K / Q6_K against many rows)."""
+    with kernel_in_use(gguf_linear, request.param, "gguf_isa", "gguf_allow_vnni", "gguf_allow_amx") as param:
         yield param
+
+
+@pytest.fixture
+def amx_for_every_row_count():
+    """The AMX tiles on, and taking Q4_K / Q6_K from 2 input rows on (not only from where they
+    pay), so that every row count runs on them; the VNNI tiles for comparison come with
+    ``gguf_allow_amx(False)``."""
+    from kernels.gguf_linear import cpu_avx2
+
+    with kernel_in_use(gguf_linear, "cpu_avx2/amx_int8", "gguf_isa", "gguf_allow_vnni", "gguf_allow_amx"):
+        was = cpu_avx2.gguf_amx_rows(2)
+        try:
+            yield cpu_avx2
+        finally:
+            cpu_avx2.gguf_amx_rows(was)
+            cpu_avx2.gguf_allow_amx(True)
 
 
 def _inputs(m, k, seed):
@@ -241,9 +278,68 @@ def test_prompt_chunks_give_the_bits_of_one_row_at_a_time(kernel, qtype):
 
 def test_compiled_backend_covers_every_type(kernel):
     assert set(gguf_linear.fast_types()) == set(TYPES)
-    # The tile set in the name comes from the shared backend registry's isa query.
-    vnni = kernel.endswith("/avx512_vnni")
-    assert gguf_linear.backend_name() == "gguf linear cpu_avx2" + (" (AVX-512 VNNI)" if vnni else "")
+    # The tile set in the name comes from the compiled module's isa query.
+    detail = {"avx512_vnni": " (AVX-512 VNNI)", "amx_int8": " (AVX-512 VNNI, AMX-INT8)"}.get(kernel.partition("/")[2], "")
+    assert gguf_linear.backend_name() == "gguf linear cpu_avx2" + detail
+
+
+@needs_amx
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("n,k", [(37, 768), (16, 256), (50, 2048)])
+def test_amx_tiles_give_the_vnni_and_reference_bits(amx_for_every_row_count, qtype, n, k):
+    """AMX tiles (the weights' codes times their scales in base-256 digits, 16 input rows a
+    tile, fewer padded with zeros, a last partial chunk overlapping the one before) against the
+    VNNI tiles and the reference, bit for bit, for every row count 1..20 and a prompt-sized 256:
+    the integers are exact, so the bits must agree whichever tiles ran and however many rows
+    shared the call."""
+    cpu_avx2 = amx_for_every_row_count
+    raw = random_raw(qtype, n, k, seed=n * k + int(qtype))
+    w = gguf_linear.prepare(raw, qtype, n, k)
+    x, bias = _inputs(256, k, seed=k), torch.randn(n)
+    x[40:48] = torch.randn(8, k) * 1e-3  # small rows: their own scales
+    want = reference.linear(x, raw, qtype, n, k, bias)
+    for m in [*range(1, 21), 33, 256]:
+        cpu_avx2.gguf_allow_amx(True)
+        assert cpu_avx2.gguf_isa() == "amx_int8"
+        got = gguf_linear.linear(x[:m], w, bias)
+        assert torch.equal(got, want[:m]), m
+        cpu_avx2.gguf_allow_amx(False)
+        assert torch.equal(gguf_linear.linear(x[:m], w, bias), got), m
+    cpu_avx2.gguf_allow_amx(True)
+    assert torch.equal(gguf_linear.linear(x[100:117], w), reference.linear(x[100:117], raw, qtype, n, k))
+
+
+@needs_amx
+def test_amx_tiles_in_a_group_beside_other_types(amx_for_every_row_count):
+    """linear_group on the AMX tiles: Q4_K and Q6_K weights (one Q4_K with a partial tile of
+    rows) beside the types they leave to the VNNI tiles, each weight's bits as linear() gives
+    them on the VNNI tiles alone."""
+    cpu_avx2 = amx_for_every_row_count
+    k = 512
+    specs = [(T.Q4_K, 35), (T.Q6_K, 16), (T.Q5_K, 9), (T.Q8_0, 7), (T.Q4_K, 64)]
+    weights = [gguf_linear.prepare(random_raw(q, n, k, seed=30 + i), q, n, k) for i, (q, n) in enumerate(specs)]
+    biases = [torch.randn(n) if i % 2 else None for i, (_, n) in enumerate(specs)]
+    x = _inputs(40, k, seed=9)
+    for m in (1, 3, 9, 16, 17, 40):
+        cpu_avx2.gguf_allow_amx(False)
+        want = torch.cat([gguf_linear.linear(x[:m], w, b) for w, b in zip(weights, biases)], dim=-1)
+        cpu_avx2.gguf_allow_amx(True)
+        assert torch.equal(gguf_linear.linear_group(x[:m], weights, biases), want), m
+
+
+def test_amx_tiles_switch_off(kernel):
+    """gguf_allow_amx(False) (or TANDEM_AMX=0 / TANDEM_AVX512=0 in the environment) leaves the
+    VNNI tiles, which is what gguf_isa reports; nothing changes where AMX does not run."""
+    from kernels.gguf_linear import cpu_avx2
+
+    if not kernel.startswith("cpu_avx2"):
+        pytest.skip("the compiled backend only")
+    cpu_avx2.gguf_allow_amx(False)
+    try:
+        assert cpu_avx2.gguf_isa() in ("avx2", "avx512_vnni")
+    finally:
+        cpu_avx2.gguf_allow_amx(kernel.endswith("/amx_int8") or not kernel.endswith("/avx512_vnni"))
+    assert cpu_avx2.gguf_isa() == (kernel.partition("/")[2] or "avx2")
 
 
 def test_leading_dimensions_and_dtype_are_kept():
