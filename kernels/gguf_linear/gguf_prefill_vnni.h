@@ -102,6 +102,65 @@ inline void scale_dwords(const BlockTile& t, __m512i* z) {
 
 inline __m512i byte_of(__m512i w, int k) { return _mm512_and_si512(_mm512_srli_epi32(w, 8 * k), _mm512_set1_epi32(0xFF)); }
 
+// Q4_K block b of the 16 rows: codes 0..15 (bytes 32p .. 32p+31 of qs: low nibbles are values
+// 64p .. 64p+31, high ones 64p+32 ..), 6-bit scales and mins, d and -dmin.
+inline void unpack_q4k(const uint8_t* const* row, __m512i apart, int64_t b, BlockTile& t) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int h = 0; h < 2; ++h) {
+    __m512i r[kWide];
+    load_transposed(row, 144, b, 16 + 64 * h, r);
+    for (int c = 0; c < 16; ++c) {  // dword c: pair p = 2h + c / 8, its bytes 4e .. 4e+3 (e = c % 8)
+      const int p = 2 * h + c / 8, e = c % 8;
+      _mm512_store_si512(t.codes[16 * p + e], _mm512_and_si512(r[c], m4));
+      _mm512_store_si512(t.codes[16 * p + 8 + e], _mm512_and_si512(_mm512_srli_epi16(r[c], 4), m4));
+    }
+  }
+  for (int i = 0; i < kWide; ++i)
+    _mm_store_si128(reinterpret_cast<__m128i*>(t.words[i]), tandem_gguf::k_scales_mins(row[i] + b * 144 + 4));
+  __m512i z[4];  // scales 0-3, 4-7, mins 0-3, 4-7 (a byte each)
+  scale_dwords(t, z);
+  for (int j = 0; j < 8; ++j) _mm512_store_si512(t.scale[j], byte_of(z[j / 4], j % 4));
+  for (int k = 0; k < 4; ++k) {
+    const __m512i w = z[2 + k / 2];
+    _mm512_store_si512(t.min_pairs[k], _mm512_or_si512(byte_of(w, 2 * (k % 2)), _mm512_slli_epi32(byte_of(w, 2 * (k % 2) + 1), 16)));
+  }
+  const __m512i dd = gather_words(row, apart, 144, b, 0);  // d | dmin
+  _mm512_store_ps(t.d, low_halves(dd));
+  _mm512_store_ps(t.o, _mm512_xor_ps(high_halves(dd), _mm512_set1_ps(-0.0f)));  // -dmin, as the tiles of 8 negate it
+}
+
+// Q6_K block b: codes 0..63 (value 128h + 32q + l: a nibble of ql byte 64h + l (+32 for odd q),
+// the low one for q < 2, and bits 2q of qh byte 128 + 32h + l on top), 16 int8 scales, d.
+inline void unpack_q6k(const uint8_t* const* row, __m512i apart, int64_t b, BlockTile& t) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
+  __m512i qh[kWide];
+  load_transposed(row, 210, b, 128, qh);  // dword 8h + e: qh bytes 32h + 4e ..
+  for (int h = 0; h < 2; ++h) {
+    __m512i ql[kWide];
+    load_transposed(row, 210, b, 64 * h, ql);  // dword c: ql bytes 64h + 4c ..
+    for (int e = 0; e < 8; ++e) {
+      const __m512i top = qh[8 * h + e];
+      const __m512i low[4] = {_mm512_and_si512(ql[e], m4), _mm512_and_si512(ql[8 + e], m4),
+                              _mm512_and_si512(_mm512_srli_epi16(ql[e], 4), m4), _mm512_and_si512(_mm512_srli_epi16(ql[8 + e], 4), m4)};
+      for (int q = 0; q < 4; ++q) {
+        const __m512i bits = _mm512_and_si512(_mm512_srli_epi16(top, 2 * q), m3);
+        _mm512_store_si512(t.codes[32 * h + 8 * q + e], _mm512_or_si512(low[q], _mm512_slli_epi16(bits, 4)));
+      }
+    }
+  }
+  for (int i = 0; i < kWide; ++i)
+    _mm_store_si128(reinterpret_cast<__m128i*>(t.words[i]), _mm_loadu_si128(reinterpret_cast<const __m128i*>(row[i] + b * 210 + 192)));
+  __m512i z[4];
+  scale_dwords(t, z);
+  for (int j = 0; j < 16; ++j)  // signed bytes
+    _mm512_store_si512(t.scale[j], _mm512_srai_epi32(_mm512_slli_epi32(z[j / 4], 24 - 8 * (j % 4)), 24));
+  _mm512_store_ps(t.d, high_halves(gather_words(row, apart, 210, b, 206)));  // d at 208
+}
+
+// For the AMX tiles (gguf_amx.h), which lay the codes out their own way: the scales part of
+// unpack_q4k / unpack_q6k alone, and the rows of a tile. (The prefill tiles below keep their own
+// inlined copies: calling these from prefill_tile made 16 rows 1.27x slower.)
+
 // Q4_K block b's scales and mins per sub-block for the 16 rows, d and -dmin.
 inline void q4k_scales(const uint8_t* const* row, __m512i apart, int64_t b, BlockTile& t) {
   for (int i = 0; i < kWide; ++i)
@@ -129,42 +188,16 @@ inline void q6k_scales(const uint8_t* const* row, __m512i apart, int64_t b, Bloc
   _mm512_store_ps(t.d, high_halves(gather_words(row, apart, 210, b, 206)));  // d at 208
 }
 
-// Q4_K block b of the 16 rows: codes 0..15 (bytes 32p .. 32p+31 of qs: low nibbles are values
-// 64p .. 64p+31, high ones 64p+32 ..), 6-bit scales and mins, d and -dmin.
-inline void unpack_q4k(const uint8_t* const* row, __m512i apart, int64_t b, BlockTile& t) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (int h = 0; h < 2; ++h) {
-    __m512i r[kWide];
-    load_transposed(row, 144, b, 16 + 64 * h, r);
-    for (int c = 0; c < 16; ++c) {  // dword c: pair p = 2h + c / 8, its bytes 4e .. 4e+3 (e = c % 8)
-      const int p = 2 * h + c / 8, e = c % 8;
-      _mm512_store_si512(t.codes[16 * p + e], _mm512_and_si512(r[c], m4));
-      _mm512_store_si512(t.codes[16 * p + 8 + e], _mm512_and_si512(_mm512_srli_epi16(r[c], 4), m4));
-    }
+// The 16 weight rows of tile t from ``job`` (the last row repeated past N), and their distances
+// from the first for the gathers.
+inline __m512i weight_rows(const Job& job, int64_t t, const uint8_t** row) {
+  const int64_t n0 = t * kWide;
+  alignas(64) int32_t apart[kWide];
+  for (int i = 0; i < kWide; ++i) {
+    row[i] = job.W + std::min<int64_t>(n0 + i, job.N - 1) * job.row_bytes;
+    apart[i] = static_cast<int32_t>(row[i] - row[0]);
   }
-  q4k_scales(row, apart, b, t);
-}
-
-// Q6_K block b: codes 0..63 (value 128h + 32q + l: a nibble of ql byte 64h + l (+32 for odd q),
-// the low one for q < 2, and bits 2q of qh byte 128 + 32h + l on top), 16 int8 scales, d.
-inline void unpack_q6k(const uint8_t* const* row, __m512i apart, int64_t b, BlockTile& t) {
-  const __m512i m4 = _mm512_set1_epi8(0x0F), m3 = _mm512_set1_epi8(3);
-  __m512i qh[kWide];
-  load_transposed(row, 210, b, 128, qh);  // dword 8h + e: qh bytes 32h + 4e ..
-  for (int h = 0; h < 2; ++h) {
-    __m512i ql[kWide];
-    load_transposed(row, 210, b, 64 * h, ql);  // dword c: ql bytes 64h + 4c ..
-    for (int e = 0; e < 8; ++e) {
-      const __m512i top = qh[8 * h + e];
-      const __m512i low[4] = {_mm512_and_si512(ql[e], m4), _mm512_and_si512(ql[8 + e], m4),
-                              _mm512_and_si512(_mm512_srli_epi16(ql[e], 4), m4), _mm512_and_si512(_mm512_srli_epi16(ql[8 + e], 4), m4)};
-      for (int q = 0; q < 4; ++q) {
-        const __m512i bits = _mm512_and_si512(_mm512_srli_epi16(top, 2 * q), m3);
-        _mm512_store_si512(t.codes[32 * h + 8 * q + e], _mm512_or_si512(low[q], _mm512_slli_epi16(bits, 4)));
-      }
-    }
-  }
-  q6k_scales(row, apart, b, t);
+  return _mm512_load_si512(apart);
 }
 
 // Input rows m0 .. m0+R-1 against the laid-out block b: their exact S (and Mn), then the fp32
@@ -208,33 +241,44 @@ inline void block_rows(const BlockTile& t, const Inputs& in, int64_t b, int64_t 
 
 constexpr int kRowsAtOnce = 6;  // input rows sharing each laid-out vector loaded
 
-// The 16 weight rows of tile t from ``job`` (the last row repeated past N), and their distances
-// from the first for the gathers.
-inline __m512i weight_rows(const Job& job, int64_t t, const uint8_t** row) {
+// Tile t (weight rows 16t .. 16t+15) of ``job`` against all M input rows.
+template <bool kQ6>
+inline void prefill_tile(const Job& job, int64_t t, int64_t M, BlockTile& tile, float* acc) {
   const int64_t n0 = t * kWide;
-  alignas(64) int32_t apart[kWide];
+  const uint8_t* row[kWide];
+  alignas(64) int32_t apart[kWide];  // the rows' distances from the first, for the gathers
   for (int i = 0; i < kWide; ++i) {
     row[i] = job.W + std::min<int64_t>(n0 + i, job.N - 1) * job.row_bytes;
     apart[i] = static_cast<int32_t>(row[i] - row[0]);
   }
-  return _mm512_load_si512(apart);
-}
-
-// Fetch the 16 rows' blocks two ahead of b into L2 (the next tile's first ones near the end):
-// sixteen rows a block apart are sixteen short streams, which the hardware prefetcher alone
-// follows poorly, and with few input rows the tile would wait on memory.
-inline void prefetch_ahead(const Job& job, int64_t n0, int64_t b, int64_t blocks, int64_t block_bytes) {
-  const int64_t ahead = b + 2;
-  for (int i = 0; i < kWide; ++i) {
-    const int64_t n = ahead < blocks ? n0 + i : std::min<int64_t>(n0 + kWide + i, job.N - 1);
-    const char* p = reinterpret_cast<const char*>(job.W + std::min<int64_t>(n, job.N - 1) * job.row_bytes +
-                                                  (ahead < blocks ? ahead : ahead - blocks) * block_bytes);
-    for (int64_t l = block_bytes - 1; l >= 0; l -= 64) _mm_prefetch(p + l, _MM_HINT_T1);
+  const __m512i offsets = _mm512_load_si512(apart);
+  std::fill(acc, acc + M * kWide, 0.0f);
+  const int64_t blocks = job.in->K / 256;
+  constexpr int64_t kBlockBytes = kQ6 ? 210 : 144;
+  for (int64_t b = 0; b < blocks; ++b) {
+    // Fetch the 16 rows' blocks two ahead into L2 (the next tile's first ones near the end):
+    // sixteen rows a block apart are sixteen short streams, which the hardware prefetcher alone
+    // follows poorly, and with few input rows the tile would wait on memory.
+    const int64_t ahead = b + 2;
+    for (int i = 0; i < kWide; ++i) {
+      const int64_t n = ahead < blocks ? n0 + i : std::min<int64_t>(n0 + kWide + i, job.N - 1);
+      const char* p = reinterpret_cast<const char*>(job.W + std::min<int64_t>(n, job.N - 1) * job.row_bytes +
+                                                    (ahead < blocks ? ahead : ahead - blocks) * kBlockBytes);
+      for (int64_t l = kBlockBytes - 1; l >= 0; l -= 64) _mm_prefetch(p + l, _MM_HINT_T1);
+    }
+    if constexpr (kQ6) unpack_q6k(row, offsets, b, tile);
+    else unpack_q4k(row, offsets, b, tile);
+    int64_t m = 0;
+    for (; m + kRowsAtOnce <= M; m += kRowsAtOnce) block_rows<kQ6, kRowsAtOnce>(tile, *job.in, b, m, acc);
+    switch (M - m) {  // the rest in one go: each laid-out vector loaded once for all of them
+      case 5: block_rows<kQ6, 5>(tile, *job.in, b, m, acc); break;
+      case 4: block_rows<kQ6, 4>(tile, *job.in, b, m, acc); break;
+      case 3: block_rows<kQ6, 3>(tile, *job.in, b, m, acc); break;
+      case 2: block_rows<kQ6, 2>(tile, *job.in, b, m, acc); break;
+      case 1: block_rows<kQ6, 1>(tile, *job.in, b, m, acc); break;
+      default: break;
+    }
   }
-}
-
-// acc (16 lanes per input row) + bias into the M output rows of tile t.
-inline void write_tile(const Job& job, int64_t n0, int64_t M, const float* acc) {
   const int64_t valid = std::min<int64_t>(kWide, job.N - n0);
   alignas(64) float bias[kWide] = {0};
   if (job.B)
@@ -251,33 +295,6 @@ inline void write_tile(const Job& job, int64_t n0, int64_t M, const float* acc) 
       for (int64_t i = 0; i < valid; ++i) out[i] = lanes[i];
     }
   }
-}
-
-// Tile t (weight rows 16t .. 16t+15) of ``job`` against all M input rows.
-template <bool kQ6>
-inline void prefill_tile(const Job& job, int64_t t, int64_t M, BlockTile& tile, float* acc) {
-  const int64_t n0 = t * kWide;
-  const uint8_t* row[kWide];
-  const __m512i offsets = weight_rows(job, t, row);
-  std::fill(acc, acc + M * kWide, 0.0f);
-  const int64_t blocks = job.in->K / 256;
-  constexpr int64_t kBlockBytes = kQ6 ? 210 : 144;
-  for (int64_t b = 0; b < blocks; ++b) {
-    prefetch_ahead(job, n0, b, blocks, kBlockBytes);
-    if constexpr (kQ6) unpack_q6k(row, offsets, b, tile);
-    else unpack_q4k(row, offsets, b, tile);
-    int64_t m = 0;
-    for (; m + kRowsAtOnce <= M; m += kRowsAtOnce) block_rows<kQ6, kRowsAtOnce>(tile, *job.in, b, m, acc);
-    switch (M - m) {  // the rest in one go: each laid-out vector loaded once for all of them
-      case 5: block_rows<kQ6, 5>(tile, *job.in, b, m, acc); break;
-      case 4: block_rows<kQ6, 4>(tile, *job.in, b, m, acc); break;
-      case 3: block_rows<kQ6, 3>(tile, *job.in, b, m, acc); break;
-      case 2: block_rows<kQ6, 2>(tile, *job.in, b, m, acc); break;
-      case 1: block_rows<kQ6, 1>(tile, *job.in, b, m, acc); break;
-      default: break;
-    }
-  }
-  write_tile(job, n0, M, acc);
 }
 
 inline int64_t prefill_tiles(const Job& job) { return (job.N + kWide - 1) / kWide; }
