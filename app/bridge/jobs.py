@@ -104,12 +104,14 @@ def _installed(entry, default_ready: bool) -> bool:
 
 
 def load_models(target: str | None = None, drafter: str | None = None, precision: str = "bf16", device: str = "auto",
-                settings=None):
+                settings=None, race_with: str | None = None):
     """Load a target (and drafter) from folders; ``target=None`` means the default offline
     pair, prepared from the installed packages when needed. ``settings``: the model's own
     (app.picker.model_settings.ModelSettings): its precision wins, its thread count is set on the
     engine thread, a drafter choice other than "model" loads no draft model; they come back
-    in ModelLoaded for the window to apply to the decode controls."""
+    in ModelLoaded for the window to apply to the decode controls. ``race_with``: a draft model
+    to load beside a drafter made for the target (the one trained here), which the demo races;
+    the model's own draft model is loaded so with "Trained here"."""
     if settings is not None and settings.precision:
         precision = settings.precision
     # "trained": the drafter trained here for the model (Model > Train a drafter…), where there is one.
@@ -131,8 +133,12 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
         else:
             target_path, drafter_path = Path(target), Path(drafter) if drafter and not skip_drafter else None
         trained_note = None
+        beside = Path(race_with) if race_with else None
         if settings is not None and settings.drafter == "trained":
+            usual = drafter_path
             drafter_path, trained_note = _trained_drafter(target_path, drafter_path)
+            if beside is None and usual is not None and drafter_path != usual:
+                beside = usual  # the draft model it replaces, to race it against
         if ctx.cancelled():
             return
         import torch
@@ -147,7 +153,7 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
 
         refused = None
         try:
-            session = Session.load(target_path, drafter_path, precision, device)
+            session = Session.load(target_path, drafter_path, precision, device, draft_model_path=beside)
         except DrafterMismatch as exc:  # the target still runs: plain or by prompt lookup
             refused = str(exc)
             log.warning("drafter refused: %s", refused)
@@ -163,6 +169,12 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
                 log.warning("keep in RAM: %s", exc)
         kind, note = default_drafter(session)
         note = " ".join(n for n in (trained_note, note) if n) or None
+        draft_model = session.draft_model_name
+        racing = draft_model is not None and draft_model != session.drafter_name
+        if draft_model is None:
+            draft_model_path = ""
+        else:
+            draft_model_path = str(beside if racing else drafter_path)
         ctx.emit(Progress("Warming up", 0, 0))
         warm_up(session, kind)
         ctx.state.session = session
@@ -180,6 +192,8 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
             settings=settings,
             threads=torch.get_num_threads(),
             resident=resident,
+            draft_model_path=draft_model_path,
+            race_against=draft_model if racing else None,
         ))
 
     return run
@@ -226,7 +240,9 @@ def side_by_side(prompt: str, settings: DecodeSettings, drafter: str):
         with holding(ctx.state.generation_lock, ctx.cancelled) as held:  # the server may be decoding
             if not held:
                 return
-            for item in run_both(session, prompt, settings, drafter, ctx.cancelled):
+            # "race": the drafter made for the target against the draft model loaded beside it.
+            lanes = ("model", "draft_model") if drafter == "race" else (drafter, "off")
+            for item in run_both(session, prompt, settings, lanes[0], ctx.cancelled, against=lanes[1]):
                 _emit_note(ctx, session, before)  # the drafter is chosen when the first step runs
                 before = session.drafter_note
                 ctx.emit(item)

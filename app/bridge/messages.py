@@ -48,6 +48,10 @@ class ModelLoaded:
     threads: int = 0
     #: With "Keep in RAM": what was locked, or why it could not be (None when not asked).
     resident: str | None = None
+    #: The separate draft model that drafts (alone, or beside a drafter made for the target),
+    #: and, where it is beside one, its name: the demo can race the two ("race").
+    draft_model_path: str = ""
+    race_against: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QSplitter,
     QVBoxLayout,
@@ -27,13 +28,17 @@ from engine.core.paths import RESOURCES
 from engine.core.settings import DecodeSettings
 from engine.models.planning.precision_labels import choices
 
-DRAFTERS = [("Draft model", "model"), ("MTP layers", "mtp"), ("Prompt lookup", "lookup"), ("Off", "off")]
+DRAFTERS = [("Draft model", "model"), ("MTP layers", "mtp"), ("Prompt lookup", "lookup"), ("Off", "off"),
+            ("Drafter vs draft model", "race")]
 DRAFTER_TIPS = {
     "model": "A separate small model (or a Gemma 4 assistant) drafts; the target checks its guesses.",
+    "race": ("Both panes speculate: the left with the separate draft model, the right with the drafter made for this "
+             "model (EAGLE-3 or DFlash, or the one trained here). Same output; which is faster here?"),
     "mtp": "The target's own multi-token-prediction layers draft.",
     "lookup": "Drafts by copying what followed the same words earlier in the prompt: free, best on edits.",
     "off": "No speculation: plain decoding.",
 }
+LANE_TITLES = ("Without speculation", "With speculation")
 FAIRNESS_NOTE = (
     "Both runs share this machine fairly: they take turns, and the one that has used less compute "
     "always goes next, so each pane moves at its true speed and shows its solo tokens/sec."
@@ -127,10 +132,11 @@ class DecodeControls(QWidget):
     def drafter_kind(self) -> str:
         return self.drafter.currentData()
 
-    def offer_drafter(self, loaded_kind: str) -> None:
+    def offer_drafter(self, loaded_kind: str, race: bool = False) -> None:
         """Enable the drafters the loaded model has ("model" or "mtp" plus the always-available
-        ones) and switch to the loaded one when the current choice is not on offer."""
-        available = {loaded_kind, "lookup", "off"}
+        ones; "race" where a draft model is loaded beside a drafter made for the target) and
+        switch to the loaded one when the current choice is not on offer."""
+        available = {loaded_kind, "lookup", "off"} | ({"race"} if race else set())
         items = self.drafter.model()
         for row in range(self.drafter.count()):
             items.item(row).setEnabled(self.drafter.itemData(row) in available)
@@ -160,17 +166,24 @@ class LaneHeader(QWidget):
         super().__init__()
         row = QHBoxLayout(self)
         row.setContentsMargins(0, 0, 0, 0)
-        name = QLabel(f"<b style='color:{color.name()}'>●</b> <b>{title}</b>")
+        self.color = color
+        self.name = QLabel()
+        # A long model name is cut, not allowed to widen its pane past the other's.
+        self.name.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.set_title(title)
         self.rate = QLabel("")
         self.rate.setStyleSheet("font-size: 15px; font-weight: 600;")
-        row.addWidget(name)
+        row.addWidget(self.name, 1)
         if legend:
             row.addWidget(QLabel(
                 f"<span style='background:{DRAFT_BACKGROUND.name()}'>&nbsp;accepted from drafter&nbsp;</span>"
                 "&nbsp;<span style='border:1px solid #ccc'>&nbsp;produced by target&nbsp;</span>"
             ))
-        row.addStretch(1)
         row.addWidget(self.rate)
+
+    def set_title(self, title: str) -> None:
+        self.name.setText(f"<b style='color:{self.color.name()}'>●</b> <b>{title}</b>")
+        self.name.setToolTip(title)
 
 
 class DemoView(QWidget):
@@ -214,7 +227,7 @@ class DemoView(QWidget):
 
         panes = QSplitter(Qt.Orientation.Horizontal)
         self.headers, self.panes = {}, {}
-        for lane, title, color in (("plain", "Without speculation", PLAIN_COLOR), ("speculative", "With speculation", SPEC_COLOR)):
+        for lane, title, color in (("plain", LANE_TITLES[0], PLAIN_COLOR), ("speculative", LANE_TITLES[1], SPEC_COLOR)):
             box = QWidget()
             col = QVBoxLayout(box)
             col.setContentsMargins(0, 0, 0, 0)
@@ -227,11 +240,12 @@ class DemoView(QWidget):
         panes.setSizes([1000, 1000])  # equal halves: neither run looks privileged
 
         stats = QHBoxLayout()
-        self.values = {}
+        self.values, self.captions = {}, {}
         for key, title in (("speedup", "Speedup"), ("identical", "Output"), ("ttft", "Time to first token"),
                            ("acceptance", "Acceptance rate"), ("per_pass", "Tokens per target pass")):
             box, value = _stat(title)
             self.values[key] = value
+            self.captions[key] = box.findChild(QLabel)
             stats.addWidget(box)
         charts = QHBoxLayout()
         self.speed_plot = SpeedPlot()
@@ -259,6 +273,9 @@ class DemoView(QWidget):
         self._timer.start()
         self.last: dict[str, object] = {}
         self.result = None
+        #: (draft model, drafter made for the target) where the loaded model can race the two.
+        self.race_names: tuple[str, str] | None = None
+        self.racing = False
         self.set_ready(False)
 
     # --- user actions -------------------------------------------------------------------------
@@ -284,7 +301,17 @@ class DemoView(QWidget):
         self.stop_button.setEnabled(running)
         self.controls.setEnabled(not running)
 
-    def start_run(self) -> None:
+    def start_run(self, race: bool = False) -> None:
+        """Clear the panes for a run; ``race``: the two lanes are two drafters (named by
+        ``race_names``), not plain decoding and speculation."""
+        self.racing = race and self.race_names is not None
+        titles = (f"Draft model: {self.race_names[0]}", self.race_names[1]) if self.racing else LANE_TITLES
+        for lane, title in zip(("plain", "speculative"), titles):
+            self.headers[lane].set_title(title)
+        self.speed_plot.name_lanes(*(titles if self.racing else ("without speculation", "with speculation")))
+        self.captions["speedup"].setText("Speedup over the draft model" if self.racing else "Speedup")
+        self.values["speedup"].setToolTip(f"{titles[1]}'s tokens/sec over the draft model's." if self.racing
+                                          else "Speculation's tokens/sec over plain decoding's, each on its own compute clock.")
         for lane in self.panes:
             self.panes[lane].clear()
             self.headers[lane].rate.setText("")
@@ -321,7 +348,12 @@ class DemoView(QWidget):
             self.values["speedup"].setText(f"{spec.tok_per_s / plain.tok_per_s:.2f}×")
         ttft = [f"{s.ttft_s * 1000:.0f} ms" if s and s.ttft_s is not None else "–" for s in (plain, spec)]
         self.values["ttft"].setText(f"{ttft[0]} / {ttft[1]}")
-        if spec:
+        if self.racing:  # both lanes draft: each one's figures, the draft model's first
+            if plain and spec:
+                self.values["acceptance"].setText(f"{plain.acceptance:.0%} / {spec.acceptance:.0%}")
+                self.values["per_pass"].setText(f"{plain.tokens_per_pass:.2f} / {spec.tokens_per_pass:.2f}")
+                self.acceptance_plot.show_rates(spec.acceptance_by_position, plain.acceptance_by_position)
+        elif spec:
             if spec.drafted:
                 self.values["acceptance"].setText(f"{spec.acceptance:.0%} of {spec.drafted}")
                 self.values["per_pass"].setText(f"{spec.tokens_per_pass:.2f} ({spec.mean_accepted_per_pass:.2f} drafted)")
@@ -339,7 +371,8 @@ class DemoView(QWidget):
         elif result.identical:
             identical.setText("✔ identical")
             identical.setStyleSheet("font-size: 17px; font-weight: 600; color: #188038;")
-            identical.setToolTip("Speculation produced exactly the tokens plain decoding produced.")
+            identical.setToolTip("Both drafters led to exactly the same tokens: the target decides every one." if self.racing
+                                 else "Speculation produced exactly the tokens plain decoding produced.")
         elif result.divergence is not None:
             d = result.divergence
             identical.setText(f"≠ differs at token {d.position + 1}")

@@ -168,10 +168,13 @@ def on_trained(window, trained: DrafterTrained) -> None:
 
 
 def use_trained(window) -> None:
-    """Load the model the drafter was trained for, with it (the model's own precision)."""
+    """Load the model the drafter was trained for, with it (the model's own precision), and the
+    draft model it drafted with so far beside it: the demo races the two."""
     from app.bridge import jobs
 
     trained = window.last_trained
-    precision = window.loaded.precision if window.loaded is not None else "file"
-    if window._submit("load", jobs.load_models(trained.target_path, trained.out, precision)):
+    loaded = window.loaded
+    precision = loaded.precision if loaded is not None else "file"
+    draft_model = loaded.draft_model_path if loaded is not None and loaded.target_path == trained.target_path else ""
+    if window._submit("load", jobs.load_models(trained.target_path, trained.out, precision, race_with=draft_model or None)):
         window.trained_notice.hide()

@@ -210,7 +210,7 @@ class MainWindow(QMainWindow):
 
     def run_demo(self, prompt: str, settings, drafter: str) -> None:
         if self._submit("demo", jobs.side_by_side(prompt, settings, drafter)):
-            self.demo.start_run()
+            self.demo.start_run(race=drafter == "race")
             self.stalls.reset()
 
     def run_chat(self, messages, settings, drafter: str) -> None:
@@ -362,12 +362,15 @@ class MainWindow(QMainWindow):
         self.model_label.setText(f"{loaded.target}{drafter} · {mode} · {loaded.device}")
         self.statusBar().showMessage(f"Loaded in {loaded.seconds:.1f} s" + (f". {loaded.resident}" if loaded.resident else ""),
                                      8000 if not loaded.resident else 20000)
-        self.demo.controls.offer_drafter(loaded.drafter_kind)
+        self.demo.race_names = (loaded.race_against, loaded.drafter) if loaded.race_against else None
+        self.demo.controls.offer_drafter(loaded.drafter_kind, race=loaded.race_against is not None)
         if loaded.settings is not None:  # the model's own drafter and draft length
             c = self.demo.controls
             wanted = loaded.settings.drafter if loaded.settings.drafter not in ("model", "trained") else loaded.drafter_kind
             c.drafter.setCurrentIndex(max(0, c.drafter.findData(wanted)))
             c.draft_length.setValue(loaded.settings.draft_length)
+        if loaded.race_against:  # a drafter made for the target, with the draft model beside it: race them
+            self.demo.controls.drafter.setCurrentIndex(self.demo.controls.drafter.findData("race"))
         self.speculation.update_state(choice=self.demo.controls.drafter_kind(), target=loaded.target, drafter=loaded.drafter,
                                       loaded_kind=loaded.drafter_kind, refused=loaded.drafter_refused, engine_note=None,
                                       off_steps=0)

@@ -35,7 +35,8 @@ def reload_job(loaded, precision: str, pair_settings):
 
     if default_pair.is_default_target(loaded.target_path):
         return jobs.load_models(None, None, precision, settings=replace(pair_settings, precision=precision))
-    return jobs.load_models(loaded.target_path, loaded.drafter_path or None, precision)
+    return jobs.load_models(loaded.target_path, loaded.drafter_path or None, precision,
+                            race_with=loaded.draft_model_path if loaded.race_against else None)
 
 
 def offer_precisions(combo, loaded) -> None:

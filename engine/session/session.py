@@ -35,7 +35,10 @@ from engine.models.loading.placement import check_fits, dtype_for, pick_device, 
 from engine.models.runners.prefix_reuse import RunnerPool
 from engine.models.runners.runner import ModelRunner
 
-DrafterKind = Literal["model", "lookup", "mtp", "off"]
+#: "model": the session's drafter (a draft model, an assistant, or a drafter made for the target);
+#: "draft_model": the separate draft model, also where one is loaded beside a drafter made for
+#: the target, so that the two can be raced on one prompt (side_by_side's ``against``).
+DrafterKind = Literal["model", "draft_model", "lookup", "mtp", "off"]
 
 __all__ = ["DrafterKind", "DrafterMismatch", "Session"]
 
@@ -60,8 +63,9 @@ def draft_head(drafter: LoadedModel, options: DrafterOptions) -> ReducedHead | N
 class Session:
     def __init__(self, target: LoadedModel, drafter: LoadedModel | None = None, drafter_options: DrafterOptions | None = None,
                  made_for_target: Drafter | None = None) -> None:
-        """``made_for_target``: a drafter that reads the target's own states (EAGLE-3, DFlash), in
-        place of a draft model."""
+        """``made_for_target``: a drafter that reads the target's own states (EAGLE-3, DFlash). It
+        drafts for the session; a draft model given with it is kept beside it as "draft_model"
+        (what it is raced against)."""
         # Chat templates render with limits, a refusal naming the model; the target last, so a
         # tokenizer the two share names the target, whose template renders the prompts.
         for loaded in (drafter, target):
@@ -69,6 +73,8 @@ class Session:
                 guard(loaded.tokenizer, loaded.name)
         # A Gemma 4 assistant ships no tokenizer: it is checked against the target's config.
         assistant = drafter is not None and is_assistant_config(drafter.model.config)
+        if assistant and made_for_target is not None:
+            raise ValueError(f"{drafter.name} is an assistant: only a draft model can be loaded beside {made_for_target.name}")
         if drafter is not None and not assistant and not same_vocabulary(target.tokenizer, drafter.tokenizer):
             raise DrafterMismatch(
                 f"{drafter.name} does not share {target.name}'s tokenizer; it cannot draft for it"
@@ -79,19 +85,19 @@ class Session:
         self.eos_ids = eos_token_ids(target.model, target.tokenizer)
         self.drafter_options = drafter_options or DrafterOptions()
         self._costs: dict[str, dict] = {}  # per drafter kind: what the last request measured
+        #: A draft model's drafting kept beside a drafter made for the target ("draft_model").
+        self._beside: Drafter | None = None
         if made_for_target is not None:
             self._model_drafter = made_for_target
+            if drafter is not None:
+                self._beside = self._drafting_of(self._new_draft_model_drafter(drafter))
         elif assistant:
             self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
         elif drafter is not None:
-            self._model_drafter = DraftModelDrafter(drafter.model, drafter.name, head=draft_head(drafter, self.drafter_options),
-                                                    min_confidence=self.drafter_options.min_confidence)
+            self._model_drafter = self._new_draft_model_drafter(drafter)
         else:
             self._model_drafter = None
-        # Prompt lookup takes over from a draft model where the request copies itself.
-        self._drafting: Drafter | None = self._model_drafter
-        if isinstance(self._model_drafter, DraftModelDrafter) and self.drafter_options.lookup:
-            self._drafting = LookupFirstDrafter(self._model_drafter)
+        self._drafting: Drafter | None = self._drafting_of(self._model_drafter)
         self._mtp_drafter: Drafter | None = None
         # The target's caches of recent requests (engine.models.runners.prefix_reuse): a chat's next
         # turn, a regenerate or the server's next request of a conversation prefills only what
@@ -107,9 +113,21 @@ class Session:
         #: the count set when the session was made (engine.core.threads).
         self.threads = ThreadPolicy()
 
+    def _new_draft_model_drafter(self, drafter: LoadedModel) -> DraftModelDrafter:
+        return DraftModelDrafter(drafter.model, drafter.name, head=draft_head(drafter, self.drafter_options),
+                                 min_confidence=self.drafter_options.min_confidence)
+
+    def _drafting_of(self, drafter: Drafter | None) -> Drafter | None:
+        """Prompt lookup takes over from a draft model where the request copies itself."""
+        if isinstance(drafter, DraftModelDrafter) and self.drafter_options.lookup:
+            return LookupFirstDrafter(drafter)
+        return drafter
+
     @classmethod
     def load(cls, target_path: Path, drafter_path: Path | None = None, precision: Precision = "bf16", device: str = "auto",
-             drafter_options: DrafterOptions | None = None) -> "Session":
+             drafter_options: DrafterOptions | None = None, draft_model_path: Path | None = None) -> "Session":
+        """``draft_model_path``: a draft model to load beside a drafter made for the target
+        (``drafter_path``), to race the two; ignored with any other drafter."""
         precision = precision_name(precision)  # an older spelling ("fast", "exact") is mapped
         options = drafter_options or DrafterOptions()
         if is_gguf(target_path):
@@ -118,8 +136,10 @@ class Session:
             device = "cpu"  # a GGUF model's kernels (and its drafter) run on the CPU
         # Both folders' files first: a missing tokenizer or a truncated weight file is named in
         # milliseconds, not after the other model's load (or as a "drafter mismatch").
-        for path in (target_path, drafter_path):
-            if path and path == drafter_path and is_made_for_target_folder(path):
+        made_for_target = bool(drafter_path) and is_made_for_target_folder(Path(drafter_path))
+        beside = Path(draft_model_path) if draft_model_path and made_for_target else None
+        for path in (target_path, drafter_path, beside):
+            if path and path == drafter_path and made_for_target:
                 continue  # such a drafter ships no tokenizer: its loader checks its files
             if path and not Path(path).is_file():  # a folder (a .gguf file is checked by its loader)
                 check_model_folder(Path(path), with_tokenizer=path == target_path or not is_assistant_config(read_config(path)))
@@ -129,11 +149,14 @@ class Session:
                        weights=weights_name(precision, dev))
         target = load_model(target_path, precision, str(dev), check_memory=False)
         drafter = None
-        if drafter_path and is_made_for_target_folder(drafter_path):
+        if made_for_target:
             names = (target.name, str(getattr(target.model.config, "_name_or_path", "") or ""))
             made = load_made_for_target(Path(drafter_path), target.model, target.name, names,
                                         quantize=options.precision in ("auto", "int8", "int4") and dev.type == "cpu")
-            return cls(target, None, options, made_for_target=made)
+            if beside is not None:
+                weights = drafter_weights(options.precision, precision, str(dev))
+                drafter = load_model(beside, precision, str(dev), role="drafter", weights=weights, check_memory=False)
+            return cls(target, drafter, options, made_for_target=made)
         if drafter_path and not is_gguf(drafter_path) and is_assistant_config(read_config(drafter_path)):
             from transformers import AutoConfig
 
@@ -161,9 +184,17 @@ class Session:
     def drafter_name(self) -> str | None:
         """The drafter model's name, or the made-for-target drafter's ("EAGLE-3 (folder)"); None
         where no model drafts."""
-        if self.drafter_model is not None:
+        if isinstance(self._model_drafter, MADE_FOR_TARGET):
+            return self._model_drafter.name
+        return self.drafter_model.name if self.drafter_model is not None else None
+
+    @property
+    def draft_model_name(self) -> str | None:
+        """The separate draft model's name where one drafts as "draft_model" (alone, or beside a
+        drafter made for the target); None otherwise."""
+        if self._beside is not None or isinstance(self._model_drafter, DraftModelDrafter):
             return self.drafter_model.name
-        return getattr(self._model_drafter, "name", None) if isinstance(self._model_drafter, MADE_FOR_TARGET) else None
+        return None
 
     @property
     def precision(self) -> str:
@@ -203,6 +234,12 @@ class Session:
             if self._model_drafter is None:
                 raise ValueError("no draft model is loaded; use prompt lookup or load a drafter")
             return self._drafting
+        if kind == "draft_model":
+            if self._beside is not None:
+                return self._beside
+            if isinstance(self._model_drafter, DraftModelDrafter):
+                return self._drafting
+            raise ValueError("no separate draft model is loaded")
         if kind == "mtp":
             return self._mtp()
         raise ValueError(f"unknown drafter {kind!r}")
@@ -300,8 +337,9 @@ class Session:
         self.target_caches.clear()
         for runner in self._states_runners.values():
             runner.reset()
-        if isinstance(self._model_drafter, DraftModelDrafter):
-            self._model_drafter.forget()
+        for drafter in (self._model_drafter, getattr(self._beside, "model", self._beside)):
+            if isinstance(drafter, DraftModelDrafter):
+                drafter.forget()
 
     def forget_costs(self) -> None:
         """Drop what earlier requests measured (a warm-up's figures include one-time costs)."""

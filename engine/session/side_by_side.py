@@ -1,4 +1,5 @@
-"""The same prompt with and without speculation, interleaved fairly on one device.
+"""The same prompt with and without speculation, interleaved fairly on one device; or with two
+drafters, to race a drafter trained here against the draft model (``against``).
 
 Running the two requests one after the other would make the second wait; running them on two
 threads would let them fight over the same cores unevenly. Instead both run in one thread and
@@ -23,6 +24,8 @@ if TYPE_CHECKING:  # torch-free at import: the app's GUI thread reads these even
     from engine.decode.divergence import Divergence
     from engine.session.session import DrafterKind, Session
 
+# The two lanes: the baseline (plain decoding, or the drafter raced against) and the speculative
+# run measured against it.
 PLAIN, SPECULATIVE = "plain", "speculative"
 
 
@@ -89,17 +92,22 @@ def side_by_side(
     drafter: DrafterKind = "model",
     cancel: Callable[[], bool] = lambda: False,
     clock: Callable[[], float] = time.perf_counter,
+    against: DrafterKind = "off",
 ) -> Iterator[LaneEvent | SideBySideResult]:
     """Yield both lanes' events, always stepping the lane that is behind, then the comparison.
 
-    A ``Failed`` event from either lane ends the run (it is yielded first so it can be shown)."""
+    ``against``: the baseline lane's drafter ("off": plain decoding; "draft_model": the separate
+    draft model, raced against ``drafter``). Both lanes decode the same target, so their outputs
+    are the same tokens whichever drafts (greedy). A ``Failed`` event from either lane ends the
+    run (it is yielded first so it can be shown)."""
     try:
         prompt_ids = session.encode(prompt)
     except ValueError as exc:
         yield LaneEvent(PLAIN, Failed(str(exc)))
         return
     lanes = [
-        _Lane(PLAIN, session.plain(prompt_ids, settings, cancel), session.tokenizer, clock),
+        _Lane(PLAIN, session.plain(prompt_ids, settings, cancel) if against == "off" else
+              session.speculative(prompt_ids, settings, against, cancel), session.tokenizer, clock),
         _Lane(SPECULATIVE, session.speculative(prompt_ids, settings, drafter, cancel), session.tokenizer, clock),
     ]
     running = list(lanes)

@@ -1,7 +1,7 @@
 """Model > "Train a drafter for this model…" on the tiny pair in a real window (offscreen): the
 dialog says what it will do and how long it expects; the training shows its phases in the status
-strip; its notice loads the model with the new drafter, which the demo races with plain decoding's
-output; a cancelled run keeps its best drafter so far and the next run resumes it."""
+strip; its notice loads the model with the new drafter and the draft model beside it, which the
+demo races (the same output, each one's speed and acceptance), and races it with plain decoding; a cancelled run keeps its best drafter so far and the next run resumes it."""
 from __future__ import annotations
 
 from app.shell import train_drafter
@@ -41,16 +41,38 @@ def test_train_then_load_the_model_with_it_and_race_it(qtbot, make_window, tmp_p
     assert window.trained_notice.isVisible() and "Drafter trained" in window.trained_notice.text.text()
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
 
+    draft_model = window.loaded.draft_model_path
+    assert draft_model and window.loaded.race_against is None  # the tiny draft model drafts alone
     with qtbot.waitSignal(window.model_loaded, timeout=120_000) as loaded:
         window.trained_notice.use_button.click()
-    assert "EAGLE-3" in loaded.args[0].drafter and loaded.args[0].drafter_path == str(out)
+    loaded = loaded.args[0]
+    assert "EAGLE-3" in loaded.drafter and loaded.drafter_path == str(out)
+    # The draft model it drafted with before is loaded beside it, and the demo races the two.
+    assert loaded.draft_model_path == draft_model and loaded.race_against == "tiny-drafter"
     wait_idle(qtbot, window)
+    controls = window.demo.controls
+    assert controls.drafter_kind() == "race"
     window.demo.prompt.setPlainText("def add(a, b):")
-    window.demo.controls.max_new_tokens.setValue(16)
+    controls.max_new_tokens.setValue(16)
+    controls.draft_length.setValue(3)  # fixed: both lanes draft whatever the tiny models cost
+    with qtbot.waitSignal(window.demo_finished, timeout=120_000) as finished:
+        window.demo.run_button.click()
+    race = finished.args[0]
+    assert race.speculative.token_ids == race.plain.token_ids
+    assert race.plain.stats.drafted > 0 and race.speculative.stats.drafted > 0
+    assert "Draft model: tiny-drafter" in window.demo.headers["plain"].name.text()
+    assert "EAGLE-3" in window.demo.headers["speculative"].name.text()
+    assert " / " in window.demo.values["acceptance"].text()
+
+    # Against plain decoding, as with any drafter.
+    wait_idle(qtbot, window)
+    controls.drafter.setCurrentIndex(controls.drafter.findData("model"))
     with qtbot.waitSignal(window.demo_finished, timeout=120_000) as finished:
         window.demo.run_button.click()
     result = finished.args[0]
-    assert result.speculative.token_ids == result.plain.token_ids and result.speculative.stats.drafted > 0
+    assert result.speculative.token_ids == result.plain.token_ids == race.plain.token_ids
+    assert result.speculative.stats.drafted > 0 and result.plain.stats.drafted == 0
+    assert "Without speculation" in window.demo.headers["plain"].name.text()
 
 
 def test_cancel_keeps_the_best_so_far_and_the_next_run_resumes(qtbot, make_window, tmp_path):

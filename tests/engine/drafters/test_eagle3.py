@@ -193,6 +193,36 @@ def test_a_conversations_turns_reuse_the_prefix_of_both_caches(gguf_target, toke
                                   DecodeSettings(max_new_tokens=16, draft_length=3))
 
 
+def test_raced_against_a_draft_model_loaded_beside_it(gguf_target, tokenizer):
+    """The demo's race of a drafter made for the target against the draft model: both draft for
+    one target in one session, so the two lanes' greedy outputs are the same tokens."""
+    from engine.drafters import DraftModelDrafter
+    from engine.session.side_by_side import SideBySideResult, side_by_side
+    from engine.testing.tiny_gguf import build_model as build_gguf_model
+    from engine.testing.tiny_gguf import write_gguf
+
+    path, folder = gguf_target
+    draft = write_gguf(build_gguf_model("qwen2", len(tokenizer), layers=2, seed=5), tokenizer,
+                       path.parent / "tiny-draft-q8_0.gguf", "Q8_0")
+    session = Session.load(path, folder, precision="file", draft_model_path=draft)
+    assert isinstance(session.drafter("model"), Eagle3Drafter) and "EAGLE-3" in session.drafter_name
+    beside = session.drafter("draft_model")
+    assert isinstance(getattr(beside, "model", beside), DraftModelDrafter)
+    assert session.draft_model_name == "tiny-draft-q8_0.gguf"
+    settings = DecodeSettings(max_new_tokens=24, draft_length=3)
+    result = [item for item in side_by_side(session, PROMPTS[0], settings, "model", against="draft_model")
+              if isinstance(item, SideBySideResult)][0]
+    assert result.identical and result.divergence is None
+    assert result.plain.stats.drafted > 0 and result.speculative.stats.drafted > 0
+    plain = [e for e in session.plain(session.encode(PROMPTS[0]), settings) if isinstance(e, Finished)][0]
+    assert result.speculative.token_ids == plain.token_ids
+
+    alone = Session.load(path, folder, precision="file")
+    assert alone.draft_model_name is None
+    with pytest.raises(ValueError, match="no separate draft model"):
+        alone.drafter("draft_model")
+
+
 def test_cli_compare_with_an_eagle3_drafter(gguf_target, capsys):
     path, folder = gguf_target
     code = cli_main(["compare", "--target", str(path), "--drafter-model", str(folder), "--max-new-tokens", "16",
