@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from engine.core.sampler import Sampler
 from engine.drafters.base import Draft, DrafterBase, DrafterMismatch
 from engine.drafters.eagle3_layers import DraftKV, Mlp, RmsNorm, _checkpoint_tensors, _rope, _rotate, fill_from_checkpoint
-from engine.drafters.kept_states import KeptStates
+from engine.drafters.kept_states import KeptStates, keep_first
 from engine.models.planning.speculators_config import SpeculatorError, SpeculatorSpec, check_belongs_to
 from engine.models.runners.interface import Runner
 
@@ -138,14 +138,7 @@ class DFlashDrafter(DrafterBase):
 
     def keep_prefix(self, n: int) -> int:
         # A context position's K/V come from the target's states there alone.
-        kept = min(self.length, n)
-        if kept == 0:
-            self.reset()
-            return 0
-        self.length = kept
-        self._states = KeptStates()
-        self._states.kept = kept
-        return kept
+        return keep_first(self, min(self.length, n))
 
     def prepare(self, prompt: list[int]) -> None:
         self._states.keep(self.target.aux, self.target.aux_start, self.target.length, "the drafter's layer states")

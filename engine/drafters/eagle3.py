@@ -18,7 +18,7 @@ import torch
 from engine.core.sampler import Sampler
 from engine.drafters.base import Draft, DrafterBase, DrafterMismatch
 from engine.drafters.eagle3_layers import Eagle3Layers, load_eagle3_layers
-from engine.drafters.kept_states import KeptStates
+from engine.drafters.kept_states import KeptStates, keep_first
 from engine.models.planning.speculators_config import SpeculatorError, SpeculatorSpec, check_belongs_to, read_speculator
 from engine.models.runners.interface import Runner
 
@@ -50,15 +50,8 @@ class Eagle3Drafter(DrafterBase):
 
     def keep_prefix(self, n: int) -> int:
         # Entry j holds the states at j with the token at j + 1: it stays valid while both do.
-        kept = min(self.length, max(n - 1, 0))
-        if kept == 0:
-            self.reset()
-            return 0
-        self.length = kept
-        self._states = KeptStates()
-        self._states.kept = kept
         self.catch_up_s = 0.0
-        return kept
+        return keep_first(self, min(self.length, max(n - 1, 0)))
 
     def prepare(self, prompt: list[int]) -> None:
         # ``prompt`` ends with the first chosen token; the target's prefill computed the rest.

@@ -6,8 +6,10 @@ import torch
 
 
 class KeptStates:
-    def __init__(self) -> None:
+    def __init__(self, kept: int = 0) -> None:
+        """``kept``: positions 0 .. kept - 1 already read (a cache kept from an earlier request)."""
         self.reset()
+        self.kept = kept
 
     def reset(self) -> None:
         self.rows: list[torch.Tensor] = []
@@ -29,3 +31,15 @@ class KeptStates:
         rows = torch.cat(self.rows, dim=0)
         self.rows = []
         return rows
+
+
+def keep_first(drafter, kept: int) -> int:
+    """Cut a drafter made for the target back to its first ``kept`` positions (its cache and the
+    states it has read), for a next request that shares them; nothing kept resets it. Returns
+    ``kept``."""
+    if kept <= 0:
+        drafter.reset()
+        return 0
+    drafter.length = kept
+    drafter._states = KeptStates(kept)
+    return kept
