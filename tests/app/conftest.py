@@ -36,6 +36,18 @@ def wait_idle(qtbot, window, timeout=120_000):
     qtbot.waitUntil(lambda: window.active_job is None, timeout=timeout)
 
 
+def run_demo(qtbot, window, prompt="def add(a, b):", max_new_tokens=30, draft_length=3, timeout=180_000):
+    """Run the demo's two lanes as a user does (its button) and return the result once the window
+    is idle again. ``draft_length``: fixed (drafting whatever the tiny models cost; 0: Auto)."""
+    window.demo.prompt.setPlainText(prompt)
+    window.demo.controls.max_new_tokens.setValue(max_new_tokens)
+    window.demo.controls.draft_length.setValue(draft_length)
+    with qtbot.waitSignal(window.demo_finished, timeout=timeout) as finished:
+        window.demo.run_button.click()
+    wait_idle(qtbot, window)
+    return finished.args[0]
+
+
 @pytest.fixture()
 def make_window(qtbot, app_settings, tiny_dirs):
     """A window with the tiny pair loaded (fp32 unless asked otherwise)."""

@@ -3,7 +3,7 @@ import dataclasses
 
 import pytest
 
-from tests.app.conftest import wait_idle
+from tests.app.conftest import run_demo, wait_idle
 from tests.engine.hub.hub_server import FakeHub
 
 TARGET, DRAFTER = "tandem-test/tiny-target", "tandem-test/tiny-drafter"
@@ -48,10 +48,7 @@ def test_download_then_load_and_run(qtbot, make_window, fake_hub):
         window.load_entry(fit)
     assert loaded.args[0].drafter == "tiny-drafter" or loaded.args[0].drafter
     wait_idle(qtbot, window)
-    window.demo.prompt.setPlainText("def add(a, b):")
-    window.demo.controls.max_new_tokens.setValue(12)
-    with qtbot.waitSignal(window.demo_finished, timeout=120_000):
-        window.demo.run_button.click()
+    run_demo(qtbot, window, max_new_tokens=12, draft_length=0)
 
 
 def test_a_missing_repo_is_a_readable_error(qtbot, make_window, fake_hub):

@@ -11,7 +11,7 @@ from app.picker.model_rows import DRAFTER, MEMORY
 from app.picker.models_view import ModelsView
 from engine.models.planning.catalog import find_entry
 from engine.models.planning.memory_fit import human_bytes
-from tests.app.conftest import wait_idle
+from tests.app.conftest import run_demo, wait_idle
 from tests.engine.hub.hub_server import FakeHub
 from tests.engine.hub.test_hub_gguf import point_hf_at
 from tests.engine.hub.test_hub_made_for_target import serve_pair, write_tiny_pair
@@ -77,9 +77,5 @@ def test_download_load_and_race_an_eagle3_pair(qtbot, make_window, pair_hub):
         window.load_entry(fit)
     assert "EAGLE-3" in loaded.args[0].drafter and loaded.args[0].drafter_kind == "model"
     wait_idle(qtbot, window)
-    window.demo.prompt.setPlainText("def add(a, b):")
-    window.demo.controls.max_new_tokens.setValue(16)
-    with qtbot.waitSignal(window.demo_finished, timeout=120_000) as finished:
-        window.demo.run_button.click()
-    result = finished.args[0]
+    result = run_demo(qtbot, window, max_new_tokens=16, draft_length=0)
     assert result.speculative.token_ids == result.plain.token_ids and result.speculative.stats.drafted > 0

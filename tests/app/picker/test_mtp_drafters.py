@@ -2,7 +2,7 @@
 carries its own MTP layers, loaded and run in the side-by-side demo like any other pair."""
 
 from app.shell.window import UiState
-from tests.app.conftest import wait_idle
+from tests.app.conftest import run_demo, wait_idle
 
 
 def load(qtbot, window, target, drafter=None):
@@ -12,16 +12,6 @@ def load(qtbot, window, target, drafter=None):
         window._submit("load", jobs.load_models(str(target), str(drafter) if drafter else None, "fp32"))
     wait_idle(qtbot, window)
     return loaded.args[0]
-
-
-def run_demo(qtbot, window, prompt="def add(a, b):"):
-    window.demo.prompt.setPlainText(prompt)
-    window.demo.controls.max_new_tokens.setValue(30)
-    window.demo.controls.draft_length.setValue(3)  # fixed k: drafting regardless of timings
-    with qtbot.waitSignal(window.demo_finished, timeout=180_000) as finished:
-        window.demo.run_button.click()
-    wait_idle(qtbot, window)
-    return finished.args[0]
 
 
 def test_a_gemma4_assistant_drafts_in_the_demo(qtbot, make_window, tmp_path):

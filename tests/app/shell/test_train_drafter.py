@@ -7,7 +7,7 @@ from __future__ import annotations
 from app.shell import train_drafter
 from app.shell.train_drafter import REPLY_TOKENS, TrainDrafterDialog, expected_minutes, prompt_count
 from app.shell.window_parts import UiState
-from tests.app.conftest import wait_idle
+from tests.app.conftest import run_demo, wait_idle
 
 
 def test_the_dialog_says_what_it_does_and_how_long_it_expects(qtbot, tmp_path):
@@ -52,12 +52,7 @@ def test_train_then_load_the_model_with_it_and_race_it(qtbot, make_window, tmp_p
     wait_idle(qtbot, window)
     controls = window.demo.controls
     assert controls.drafter_kind() == "race"
-    window.demo.prompt.setPlainText("def add(a, b):")
-    controls.max_new_tokens.setValue(16)
-    controls.draft_length.setValue(3)  # fixed: both lanes draft whatever the tiny models cost
-    with qtbot.waitSignal(window.demo_finished, timeout=120_000) as finished:
-        window.demo.run_button.click()
-    race = finished.args[0]
+    race = run_demo(qtbot, window, max_new_tokens=16)  # a fixed draft length: both lanes draft
     assert race.speculative.token_ids == race.plain.token_ids
     assert race.plain.stats.drafted > 0 and race.speculative.stats.drafted > 0
     assert "Draft model: tiny-drafter" in window.demo.headers["plain"].name.text()
@@ -65,11 +60,8 @@ def test_train_then_load_the_model_with_it_and_race_it(qtbot, make_window, tmp_p
     assert " / " in window.demo.values["acceptance"].text()
 
     # Against plain decoding, as with any drafter.
-    wait_idle(qtbot, window)
     controls.drafter.setCurrentIndex(controls.drafter.findData("model"))
-    with qtbot.waitSignal(window.demo_finished, timeout=120_000) as finished:
-        window.demo.run_button.click()
-    result = finished.args[0]
+    result = run_demo(qtbot, window, max_new_tokens=16)
     assert result.speculative.token_ids == result.plain.token_ids == race.plain.token_ids
     assert result.speculative.stats.drafted > 0 and result.plain.stats.drafted == 0
     assert "Without speculation" in window.demo.headers["plain"].name.text()
