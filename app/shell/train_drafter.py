@@ -165,6 +165,7 @@ def on_trained(window, trained: DrafterTrained) -> None:
     how = "Training stopped" if trained.stopped else "Drafter trained"
     window.trained_notice.text.setText(f"{how}: {trained.message}")
     window.trained_notice.show()
+    window.models.refresh()  # the model's row names the drafter trained for it
 
 
 def use_trained(window) -> None:

@@ -266,11 +266,16 @@ def prepare_pair(precision: str | None = None, need_drafter: bool = True, progre
     return target, drafter
 
 
+def target_paths() -> tuple[Path, Path]:
+    """Where the default pair's target is: its GGUF file and its converted folder (either may be
+    missing)."""
+    root = cache_dir()
+    return root / "gguf" / TARGET.filename, root / "models" / TARGET.name
+
+
 def is_default_target(path: Path | str) -> bool:
     """Whether ``path`` is the default pair's target: its GGUF file or its converted folder."""
-    path = Path(path)
-    root = cache_dir()
-    return path in (root / "gguf" / TARGET.filename, root / "models" / TARGET.name)
+    return Path(path) in target_paths()
 
 
 def installed_paths() -> tuple[Path, Path] | None:

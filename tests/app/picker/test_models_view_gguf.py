@@ -187,6 +187,47 @@ def test_load_runs_a_discovered_file_with_its_drafter(qtbot, app_settings, home,
     assert not window.banner.isVisible(), window.banner.text.text()
 
 
+def test_a_drafter_trained_here_is_named_in_its_row_and_raced_by_its_setting(qtbot, app_settings, home, ggufs, tmp_path):
+    """Model > Train a drafter… for a discovered file: its row then names the drafter trained for
+    it; the model's Drafter setting "Trained here" loads the file with it and the draft model
+    beside it, and the demo races the two."""
+    from app.shell import train_drafter
+    from tests.app.conftest import run_demo
+    from tests.engine.library.conftest import place_lmstudio, place_ollama
+
+    place_lmstudio(home, ggufs["target"], "tiny-org", "tiny-target-GGUF")
+    place_ollama(tmp_path / "ollama", ggufs["drafter"], "tiny-drafter")
+    window = _window(qtbot, app_settings)
+    view = window.models
+    qtbot.waitUntil(lambda: TARGET in _local_rows(view), timeout=60_000)
+    assert not _text(view, _local_rows(view)[TARGET], DRAFTER).endswith("trained here")
+    view.table.selectRow(_local_rows(view)[TARGET])
+    with qtbot.waitSignal(window.model_loaded, timeout=300_000) as first:
+        view.load_button.click()
+    draft_model = first.args[0].drafter  # the Ollama blob's link, by its name
+    wait_idle(qtbot, window)
+
+    assert train_drafter.start(window, minutes=0.02, limit=6, reply_tokens=16)
+    wait_idle(qtbot, window)
+    trained = window.last_trained.out
+    row = _local_rows(view)[TARGET]
+    assert _text(view, row, DRAFTER) == "tiny-drafter:latest + trained here"
+    assert trained in view.table.item(row, DRAFTER).toolTip()
+
+    view.table.selectRow(row)
+    panel = view.settings_panel
+    panel.drafter.setCurrentIndex(panel.drafter.findData("trained"))
+    panel.drafter.activated.emit(panel.drafter.currentIndex())
+    with qtbot.waitSignal(window.model_loaded, timeout=300_000) as loaded:
+        view.load_button.click()
+    loaded = loaded.args[0]
+    assert loaded.drafter_path == trained and loaded.race_against == draft_model
+    wait_idle(qtbot, window)
+    assert window.demo.controls.drafter_kind() == "race"
+    race = run_demo(qtbot, window, max_new_tokens=16)
+    assert race.identical and race.plain.stats.drafted > 0 and race.speculative.stats.drafted > 0
+
+
 def test_a_local_gguf_row_offers_the_one_precision_its_load_honours(qtbot, app_settings, home, ggufs):
     # A .gguf target loads at precision "file" only (engine.models.loading.loader refuses any other):
     # the row's precision combo offers that, named for the file, and it is what the load asks.
