@@ -105,7 +105,16 @@ def load_session(args, need_drafter=True):
     target, drafter = default_model_paths(args.target, args.drafter_model, need_drafter, precision=args.precision)
     print(f"loading {target.name}" + (f" + {drafter.name}" if drafter else "")
           + f" ({args.precision}: {label_for(args.precision, target)})", file=sys.stderr)
-    session = Session.load(target, drafter, args.precision, args.device, drafter_options=options)
+    race_with = getattr(args, "race_with", None)
+    if race_with:
+        from engine.drafters.made_for_target import is_made_for_target_folder
+
+        if drafter is None or not is_made_for_target_folder(drafter):
+            raise SystemExit("--race-with races a drafter made for the target: give --drafter-model an EAGLE-3 or DFlash"
+                             " folder (one `tandem distill` made, or a published one)")
+        print(f"  raced against the draft model {Path(race_with).name}", file=sys.stderr)
+    session = Session.load(target, drafter, args.precision, args.device, drafter_options=options,
+                           draft_model_path=Path(race_with) if race_with else None)
     if getattr(args, "mlock", False):
         from engine.gguf.resident import CannotKeepResident
 

@@ -45,9 +45,11 @@ def run_compare(args) -> int:
     used = session.drafter(args.drafter)
     if session.drafter_note:
         print(f"note: {session.drafter_note}", file=sys.stderr)
-    result = compare(session, args.prompt, settings, args.drafter, on_event=_prefill_progress())
+    against = "draft_model" if args.race_with else "off"
+    result = compare(session, args.prompt, settings, args.drafter, on_event=_prefill_progress(), against=against)
     p, s = result.plain.stats, result.speculative.stats
-    print("=== without speculation ===\n" + result.plain.text)
+    first = session.drafter(against).name if args.race_with else None
+    print(f"=== {'with ' + first if first else 'without speculation'} ===\n" + result.plain.text)
     print("=== with speculation ===\n" + result.speculative.text)
     rows = [
         ("new tokens", p.new_tokens, s.new_tokens),
@@ -57,15 +59,19 @@ def run_compare(args) -> int:
         ("time to first token", f"{p.ttft_s:.3f}s", f"{s.ttft_s:.3f}s"),
         ("tokens/sec after first", f"{p.decode_tok_per_s:.2f}", f"{s.decode_tok_per_s:.2f}"),
         ("target passes", p.target_passes + 1, s.target_passes + 1),
-        ("drafted / accepted", "-", f"{s.drafted} / {s.accepted}"),
-        ("acceptance rate", "-", f"{s.acceptance:.1%}"),
-        ("accepted per pass", "-", f"{s.mean_accepted_per_pass:.2f} (+1 from target = {s.tokens_per_pass:.2f})"),
-        ("acceptance by position", "-", " ".join(f"{a:.2f}" for a in s.acceptance_by_position)),
+        ("drafted / accepted", _drafted(p), f"{s.drafted} / {s.accepted}"),
+        ("acceptance rate", f"{p.acceptance:.1%}" if p.drafted else "-", f"{s.acceptance:.1%}"),
+        ("accepted per pass", f"{p.mean_accepted_per_pass:.2f}" if p.drafted else "-",
+         f"{s.mean_accepted_per_pass:.2f} (+1 from target = {s.tokens_per_pass:.2f})"),
+        ("acceptance by position", " ".join(f"{a:.2f}" for a in p.acceptance_by_position) or "-",
+         " ".join(f"{a:.2f}" for a in s.acceptance_by_position)),
     ]
-    print(f"\n{'':24}{'plain':>12}  speculative ({used.name if used else args.drafter}, {session.precision})")
+    print(f"\n{'':24}{'draft model' if first else 'plain':>12}  speculative ({used.name if used else args.drafter},"
+          f" {session.precision})")
     for name, a, b in rows:
         print(f"{name:<24}{str(a):>12}  {b}")
-    print(f"speedup: {result.speedup:.2f}x (after the first token: {result.decode_speedup:.2f}x)")
+    over = f" over {first}" if first else ""
+    print(f"speedup{over}: {result.speedup:.2f}x (after the first token: {result.decode_speedup:.2f}x)")
     print(f"warm-up: both lanes ran a few tokens untimed first ({result.warm_up_seconds:.2f} s), so neither is"
           " timed with the process's one-time costs")
     print(f"threads: plain {result.plain_threads}; speculative {result.speculative_threads}")
@@ -78,6 +84,10 @@ def run_compare(args) -> int:
     else:
         print("outputs: differ (sampling: both are valid draws from the same distribution)")
     return 0
+
+
+def _drafted(stats) -> str:
+    return f"{stats.drafted} / {stats.accepted}" if stats.drafted else "-"
 
 
 def _prefill_progress():
@@ -111,5 +121,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--draft-length", type=int, default=None, help="fixed k (default: adaptive)")
+    p.add_argument("--race-with", metavar="DRAFT_MODEL",
+                   help="race the drafter made for the target (--drafter-model: EAGLE-3 / DFlash, one `tandem distill`"
+                        " made) against this draft model (a folder or .gguf file): the first run speculates with it"
+                        " instead of decoding plainly")
     model_options(p)
     p.set_defaults(func=run_compare)

@@ -52,14 +52,19 @@ def warm_up(session: Session, drafter: DrafterKind = "model") -> None:
     session.forget_costs()
 
 
-def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: DrafterKind = "model", on_event: Callable | None = None) -> Comparison:
+def compare(session: Session, prompt: str, settings: DecodeSettings, drafter: DrafterKind = "model", on_event: Callable | None = None,
+            against: DrafterKind = "off") -> Comparison:
+    """``against``: the first lane's drafter ("off": plain decoding; "draft_model": the draft model
+    loaded beside a drafter made for the target, raced against it)."""
     start = time.perf_counter()
     warm_up(session, drafter)
+    if against != "off":
+        warm_up(session, against)
     warmed = time.perf_counter() - start
     prompt_ids = session.encode(prompt)
     # Both runs start as a first turn: neither finds the other's (or the warm-up's) prefix.
     session.forget_prefixes()
-    plain = drain(session.plain(prompt_ids, settings), on_event and (lambda e: on_event("plain", e)))
+    plain = drain(session.speculative(prompt_ids, settings, against), on_event and (lambda e: on_event("plain", e)))
     plain_threads = session.threads.describe_last()
     session.forget_prefixes()
     spec = drain(session.speculative(prompt_ids, settings, drafter), on_event and (lambda e: on_event("speculative", e)))

@@ -193,17 +193,24 @@ def test_a_conversations_turns_reuse_the_prefix_of_both_caches(gguf_target, toke
                                   DecodeSettings(max_new_tokens=16, draft_length=3))
 
 
-def test_raced_against_a_draft_model_loaded_beside_it(gguf_target, tokenizer):
+@pytest.fixture(scope="module")
+def gguf_draft_model(gguf_target, tokenizer):
+    """A separate draft model (of the target's vocabulary) to race the EAGLE-3 drafter against."""
+    from engine.testing.tiny_gguf import build_model as build_gguf_model
+    from engine.testing.tiny_gguf import write_gguf
+
+    return write_gguf(build_gguf_model("qwen2", len(tokenizer), layers=2, seed=5), tokenizer,
+                      gguf_target[0].parent / "tiny-draft-q8_0.gguf", "Q8_0")
+
+
+def test_raced_against_a_draft_model_loaded_beside_it(gguf_target, gguf_draft_model):
     """The demo's race of a drafter made for the target against the draft model: both draft for
     one target in one session, so the two lanes' greedy outputs are the same tokens."""
     from engine.drafters import DraftModelDrafter
     from engine.session.side_by_side import SideBySideResult, side_by_side
-    from engine.testing.tiny_gguf import build_model as build_gguf_model
-    from engine.testing.tiny_gguf import write_gguf
 
     path, folder = gguf_target
-    draft = write_gguf(build_gguf_model("qwen2", len(tokenizer), layers=2, seed=5), tokenizer,
-                       path.parent / "tiny-draft-q8_0.gguf", "Q8_0")
+    draft = gguf_draft_model
     session = Session.load(path, folder, precision="file", draft_model_path=draft)
     assert isinstance(session.drafter("model"), Eagle3Drafter) and "EAGLE-3" in session.drafter_name
     beside = session.drafter("draft_model")
@@ -229,6 +236,20 @@ def test_cli_compare_with_an_eagle3_drafter(gguf_target, capsys):
                      "--draft-length", "3", PROMPTS[1]])
     out = capsys.readouterr().out
     assert code == 0 and "outputs: identical" in out, out
+
+
+def test_cli_compare_races_the_drafter_against_a_draft_model(gguf_target, gguf_draft_model, capsys):
+    path, folder = gguf_target
+    code = cli_main(["compare", "--target", str(path), "--drafter-model", str(folder), "--race-with", str(gguf_draft_model),
+                     "--max-new-tokens", "16", "--draft-length", "3", PROMPTS[1]])
+    out = capsys.readouterr().out
+    assert code == 0 and "outputs: identical" in out, out
+    assert "=== with tiny-draft-q8_0.gguf" in out and "speedup over tiny-draft-q8_0.gguf" in out
+    rate = next(line for line in out.splitlines() if line.startswith("acceptance rate"))
+    assert rate.split()[2].endswith("%") and rate.split()[3].endswith("%")  # both runs drafted
+    with pytest.raises(SystemExit, match="--race-with races a drafter made for the target"):
+        cli_main(["compare", "--target", str(path), "--drafter-model", str(gguf_draft_model), "--race-with",
+                  str(gguf_draft_model), PROMPTS[1]])
 
 
 # -- refusals -----------------------------------------------------------------------------------
