@@ -29,9 +29,11 @@ def run(args) -> int:
     if args.reply_tokens < 8:
         raise InvalidRequest(f"--reply-tokens must be at least 8, not {args.reply_tokens}")
     texts = tuple(Path(t) for t in args.text or ())
-    missing = [str(t) for t in texts if not t.is_file()]
+    missing = [str(t) for t in texts if not (t.is_file() or t.is_dir())]
     if missing:
-        raise InvalidRequest(f"--text: no such file: {', '.join(missing)}")
+        raise InvalidRequest(f"--text: no such file or folder: {', '.join(missing)}")
+    if args.top_k < 0:
+        raise InvalidRequest(f"--top-k must be 0 or more, not {args.top_k}")
     prompts = select_prompts(read_prompts(Path(args.prompts)), args.category, args.limit)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -40,7 +42,8 @@ def run(args) -> int:
     target_path = Path(args.target) if args.target else Path(session.target.gguf_file.path if session.target.gguf_file else ".")
     out = Path(args.out) if args.out else default_output(target_path)
     settings = DistillSettings(minutes=args.minutes, reply_tokens=args.reply_tokens, draft_vocab=args.head_tokens,
-                               inner=args.inner, text_files=texts, text_tokens=args.text_tokens, seed=args.seed)
+                               inner=args.inner, text_files=texts, text_tokens=args.text_tokens, seed=args.seed,
+                               top_k=args.top_k, windows_per_file=args.windows_per_file)
     encoded = [session.encode(p["prompt"]) for p in prompts]
     print(f"distilling an EAGLE-3 drafter for {session.target.name} into {out}: {len(encoded)} prompts"
           + (f" and {len(texts)} text file(s)" if texts else "") + f", {args.minutes:g} min of training", file=sys.stderr)
@@ -72,7 +75,12 @@ def add_parser(sub) -> None:
     p.add_argument("--category", action="append", help="only prompts of this category (repeatable)")
     p.add_argument("--limit", type=int, default=0, help="at most this many prompts (0: all)")
     p.add_argument("--reply-tokens", type=int, default=160, help="tokens of each reply the target writes")
-    p.add_argument("--text", action="append", help="a text or code file read teacher-forced (repeatable)")
+    p.add_argument("--text", action="append", help="a text or code file read teacher-forced, or a folder: its text "
+                                                  "and code files (repeatable)")
+    p.add_argument("--windows-per-file", type=int, default=2,
+                   help="512-token windows taken from each --text file before any gives more (spreads the text)")
+    p.add_argument("--top-k", type=int, default=32,
+                   help="learn the target's k likeliest next tokens with their probabilities (0: its argmax alone)")
     p.add_argument("--text-tokens", type=int, default=20000, help="at most this many tokens of --text files")
     p.add_argument("--head-tokens", type=int, default=16384, help="ids the drafter's head keeps (the ones the data uses most)")
     p.add_argument("--inner", type=int, default=None, help="the drafter MLP's width (default: 2 x hidden size)")

@@ -48,6 +48,13 @@ class DistillSettings:
     max_steps: int | None = None
     #: Target layers the drafter reads (None: EAGLE-3's default for the target's depth).
     aux_layers: tuple[int, ...] | None = None
+    #: Labels: the target's k likeliest next tokens with their probabilities (the drafter learns
+    #: the target's distribution, renormalized over them); 0: its argmax alone.
+    top_k: int = 32
+    #: Windows of each text file taken before any file gives more (spreads the text over files).
+    windows_per_file: int = 2
+    #: The share of the target's replies held out to score the drafter (texts are all trained on).
+    heldout_share: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -77,12 +84,8 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
     if len(samples) < 2:
         yield DistillEvent("done", 0, 0, "not enough text to train on (need at least two texts)")
         return
-    rng = random.Random(settings.seed)
-    order = list(range(len(samples)))
-    rng.shuffle(order)
-    held = max(1, len(samples) // 10)
-    heldout = [samples[i] for i in order[:held]]
-    train_set = [samples[i] for i in order[held:]]
+    heldout, train_set = split(samples, settings.heldout_share, settings.seed)
+    held = len(heldout)
     counts = Counter()
     for s in train_set:
         counts.update(s.labels[s.first:].tolist())
@@ -110,6 +113,7 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
     index = training.draft_index(layers)
     autocast = _bf16_matmuls()
     record = {"texts": len(samples), "tokens": sum(len(s) for s in samples), "data_seconds": round(data_s, 1),
+              "replies": sum(s.kind == "reply" for s in samples), "top_k": settings.top_k,
               "heldout_texts": held, "untrained_tokens_per_pass": round(baseline.tokens_per_pass, 3)}
 
     def finished() -> bool:
@@ -124,7 +128,7 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
     def checkpoint():
         """Score on the held-out texts, save the drafter when it is the best so far, save the state."""
         scores = training.evaluate(layers, embed, heldout, settings.steps)
-        seen = training.evaluate(layers, embed, train_set[: len(heldout)], settings.steps)
+        seen = training.evaluate(layers, embed, seen_set, settings.steps)
         yield DistillEvent("train", state["trained_s"], budget,
                            f"step {state['step']}: training texts {seen.tokens_per_pass:.3f} tokens a pass, loss {seen.loss:.3f}",
                            max(budget - state["trained_s"], 0.0), scores.loss, scores.tokens_per_pass, state["best"])
@@ -138,6 +142,8 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
         torch.save({"layers": layers.state_dict(), "optimizer": optimizer.state_dict(), "progress": state}, partial)
         partial.replace(work / STATE)
 
+    # The training texts scored beside the held-out ones: replies where there are, as many.
+    seen_set = ([s for s in train_set if s.kind == "reply"] or train_set)[: len(heldout)]
     last_checkpoint = time.perf_counter()
     stopped = False
     while not finished():
@@ -167,6 +173,20 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
                        f"{baseline.tokens_per_pass:.3f}); saved in {out}", best_tokens_per_pass=state["best"])
 
 
+def split(samples: list[Sample], share: float, seed: int) -> tuple[list[Sample], list[Sample]]:
+    """(held out, trained on): ``share`` of the target's own replies (at least one) are held out,
+    so the held-out figure measures drafting in chat; every text file's window is trained on.
+    Without replies (or with one), a share of all samples. The trained ones are in a seeded
+    random order."""
+    rng = random.Random(seed)
+    order = list(range(len(samples)))
+    rng.shuffle(order)
+    replies = [i for i in order if samples[i].kind == "reply"]
+    pool = replies if len(replies) >= 2 else order
+    held = set(pool[: max(1, int(len(pool) * share))])
+    return [samples[i] for i in order if i in held], [samples[i] for i in order if i not in held]
+
+
 def _step_estimate(state: dict) -> float:
     return state["trained_s"] / state["step"] if state["step"] else 1.0
 
@@ -190,7 +210,8 @@ def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path,
         yield DistillEvent("data", len(samples), len(samples), f"{len(samples)} texts from an earlier run")
         return samples
     aux = settings.aux_layers or default_aux_layers(target_model.config.get_text_config().num_hidden_layers)
-    texts = list(teacher.text_windows(settings.text_files, tokenizer, limit_tokens=settings.text_tokens))
+    texts = list(teacher.text_windows(teacher.text_files(settings.text_files), tokenizer, limit_tokens=settings.text_tokens,
+                                      per_file=settings.windows_per_file, seed=settings.seed))
     total = len(prompts) + len(texts)
     samples: list[Sample] = []
     replies = teacher.own_replies(runner_factory, prompts, tokenizer, eos_ids, settings.reply_tokens, cancel)
@@ -200,9 +221,10 @@ def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path,
         for n, (tokens, first) in enumerate(source, 1):
             if cancel():
                 break
-            samples.append(teacher.teach(runner_factory(), tokens, aux, first))
+            samples.append(teacher.teach(runner_factory(), tokens, aux, first, settings.top_k, kind))
             pace = (time.perf_counter() - started) / n
             yield DistillEvent("data", len(samples), total, f"{kind} {n} of {count}", eta_s=pace * (count - n))
     if not cancel():  # a stopped run's texts are not all there: the next one makes them anew
-        torch.save([{"aux": s.aux, "tokens": s.tokens, "labels": s.labels, "first": s.first} for s in samples], path)
+        torch.save([{"aux": s.aux, "tokens": s.tokens, "labels": s.labels, "first": s.first, "top_ids": s.top_ids,
+                     "top_probs": s.top_probs, "kind": s.kind} for s in samples], path)
     return samples

@@ -33,17 +33,25 @@ class Sample:
     #: The first label that counts: a reply's own tokens are what the drafter will draft; the
     #: prompt before it (the chat template, the question) is context only.
     first: int = 0
+    #: [T, k] int32: the target's k likeliest next tokens at each position (None: argmax only).
+    top_ids: torch.Tensor | None = None
+    #: [T, k] fp16: their probabilities under the target's full softmax (not renormalized).
+    top_probs: torch.Tensor | None = None
+    #: "reply" (the target's own reply to a prompt) or "text" (a file read teacher-forced).
+    kind: str = "text"
 
     def __len__(self) -> int:
         return int(self.tokens.shape[0])
 
 
-def teach(runner: Runner, tokens: list[int], aux_layers: tuple[int, ...], first: int = 0) -> Sample:
+def teach(runner: Runner, tokens: list[int], aux_layers: tuple[int, ...], first: int = 0, top_k: int = 0,
+          kind: str = "text") -> Sample:
     """One teacher-forced pass (in chunks) of ``tokens`` through the target; labels before
-    ``first`` are context only."""
+    ``first`` are context only. ``top_k``: keep the target's k likeliest next tokens and their
+    probabilities too (the drafter then learns the target's distribution, not only its argmax)."""
     runner.reset()
     runner.aux_layers = tuple(aux_layers)
-    aux, labels = [], []
+    aux, labels, top_ids, top_probs = [], [], [], []
     with torch.inference_mode():
         for start in range(0, len(tokens), CHUNK):
             piece = tokens[start : start + CHUNK]
@@ -52,9 +60,15 @@ def teach(runner: Runner, tokens: list[int], aux_layers: tuple[int, ...], first:
                 raise RuntimeError(f"{type(runner).__name__} keeps no layer states: teach from a runner that does")
             aux.append(runner.aux[-len(piece):].to(torch.bfloat16).clone())
             labels.append(logits.argmax(-1))
+            if top_k:
+                logits = logits.float()
+                values, ids = logits.topk(top_k, dim=-1)
+                top_ids.append(ids.to(torch.int32))
+                top_probs.append((values - logits.logsumexp(-1, keepdim=True)).exp().to(torch.float16))
     runner.aux_layers = ()
     runner.reset()
-    return Sample(torch.cat(aux), torch.tensor(tokens, dtype=torch.long), torch.cat(labels), first)
+    tops = (torch.cat(top_ids), torch.cat(top_probs)) if top_k else (None, None)
+    return Sample(torch.cat(aux), torch.tensor(tokens, dtype=torch.long), torch.cat(labels), first, *tops, kind=kind)
 
 
 def own_replies(runner_factory: Callable[[], Runner], prompts: Iterable[list[int]], tokenizer, eos_ids: set[int],
@@ -75,19 +89,58 @@ def own_replies(runner_factory: Callable[[], Runner], prompts: Iterable[list[int
                 break
 
 
-def text_windows(paths: Iterable[Path], tokenizer, window: int = 512,
-                 limit_tokens: int | None = None) -> Iterator[tuple[list[int], int]]:
-    """Token windows of the text files given (UTF-8; others skipped), up to ``limit_tokens``."""
-    total = 0
+#: File names read as text where --text names a folder.
+TEXT_SUFFIXES = (".py", ".md", ".rst", ".txt", ".c", ".h", ".cc", ".cpp", ".js", ".ts", ".sh", ".toml", ".cfg", ".html")
+
+
+def text_files(paths: Iterable[Path]) -> list[Path]:
+    """The files ``paths`` name: files as given, folders as every file under them with a text
+    suffix (TEXT_SUFFIXES), in sorted order."""
+    files: list[Path] = []
     for path in paths:
+        path = Path(path)
+        if path.is_dir():
+            files += sorted(p for p in path.rglob("*") if p.suffix in TEXT_SUFFIXES and p.is_file())
+        else:
+            files.append(path)
+    return files
+
+
+def text_windows(paths: Iterable[Path], tokenizer, window: int = 512, limit_tokens: int | None = None,
+                 per_file: int = 2, seed: int = 0, max_chars: int = 200_000) -> Iterator[tuple[list[int], int]]:
+    """Token windows of the text files given (UTF-8; others skipped), up to ``limit_tokens``,
+    spread across the files: the files in a seeded random order, at most ``per_file`` windows
+    of each (chosen at random in it) first, then, when the limit is not reached, the files'
+    other windows. Of a file larger than ``max_chars``, a random slice that long is read."""
+    import random
+
+    rng = random.Random(seed)
+    files = list(paths)
+    rng.shuffle(files)
+    total = 0
+    rest: list[list[int]] = []
+    for path in files:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
             continue
+        if len(text) > max_chars:
+            start = rng.randrange(len(text) - max_chars)
+            text = text[start : start + max_chars]
         ids = tokenizer(text)["input_ids"]
-        for start in range(0, max(len(ids) - 16, 0), window):
-            piece = ids[start : start + window]
+        pieces = [ids[start : start + window] for start in range(0, max(len(ids) - 16, 0), window)]
+        chosen = set(rng.sample(range(len(pieces)), min(per_file, len(pieces))))
+        for n, piece in enumerate(pieces):
+            if n not in chosen:
+                rest.append(piece)
+                continue
             if limit_tokens is not None and total + len(piece) > limit_tokens:
                 return
             total += len(piece)
             yield piece, 0
+    rng.shuffle(rest)
+    for piece in rest:
+        if limit_tokens is not None and total + len(piece) > limit_tokens:
+            return
+        total += len(piece)
+        yield piece, 0

@@ -100,7 +100,12 @@ def unrolled(layers: Eagle3Layers, embed: torch.nn.Module, sample: Sample, index
         residual = residual + attn.o_proj(out.reshape(T, H * D)).float()
         hidden = residual + layer.mlp(layer.post_attention_layernorm(residual)).float()
         logits = layers.lm_head(layers.norm(hidden)).float()
-        if (label != IGNORE).any():
+        if sample.top_ids is not None:
+            soft = soft_cross_entropy(logits, index, sample.top_ids[(base + 1 + s).clamp(max=T)],
+                                      sample.top_probs[(base + 1 + s).clamp(max=T)], valid)
+            if soft is not None:
+                loss = loss + decay ** s * soft
+        elif (label != IGNORE).any():
             loss = loss + decay ** s * F.cross_entropy(logits, label, ignore_index=IGNORE)
         right = (logits.argmax(-1) == label) & (label != IGNORE)
         if s == 0:
@@ -108,6 +113,24 @@ def unrolled(layers: Eagle3Layers, embed: torch.nn.Module, sample: Sample, index
         still_right = still_right & right
         runs[s] = int(still_right.sum())
     return loss, runs, counted
+
+
+def soft_cross_entropy(logits: torch.Tensor, index: torch.Tensor, top_ids: torch.Tensor, top_probs: torch.Tensor,
+                       valid: torch.Tensor) -> torch.Tensor | None:
+    """Cross-entropy of the drafter's logits [T, V_draft] against the target's distribution, as
+    its k likeliest tokens [T, k] give it: their probabilities renormalized over those the draft
+    vocabulary holds (the KL to that distribution, less its entropy: the same gradients). Rows
+    not ``valid``, or whose k tokens are all outside the draft vocabulary, count for nothing;
+    None when no row counts."""
+    ids = index[top_ids.long()]
+    probs = top_probs.float() * (ids != IGNORE) * valid[:, None]
+    mass = probs.sum(-1)
+    rows = mass > 0
+    if not bool(rows.any()):
+        return None
+    probs = probs[rows] / mass[rows, None]
+    logp = torch.log_softmax(logits[rows].float(), dim=-1).gather(1, ids[rows].clamp(min=0))
+    return -(probs * logp).sum(-1).mean()
 
 
 def evaluate(layers: Eagle3Layers, embed: torch.nn.Module, samples: list[Sample], steps: int) -> Scores:

@@ -168,3 +168,111 @@ def test_cli_distill_then_compare(tmp_path, tokenizer, capsys):
     capsys.readouterr()
     code = cli_main(["compare", "--target", str(path), "--drafter-model", str(out), "--max-new-tokens", "16", "def add(a, b):"])
     assert code == 0 and "outputs: identical" in capsys.readouterr().out
+
+
+def test_text_windows_spread_over_files_and_folders(tokenizer, tmp_path):
+    """A folder gives its text files (not others); the windows come from every file before any
+    file gives a second, and the token limit holds."""
+    folder = tmp_path / "corpus"
+    (folder / "sub").mkdir(parents=True)
+    import random
+
+    for n in range(4):  # four different texts
+        rng = random.Random(n)
+        (folder / "sub" / f"f{n}.py").write_text(" ".join(rng.choice(WORDS) for _ in range(400)))
+    (folder / "skip.bin").write_bytes(b"\x00\x01" * 100)
+    files = teacher.text_files([folder])
+    assert sorted(p.name for p in files) == ["f0.py", "f1.py", "f2.py", "f3.py"]
+    window = 32
+    first = list(teacher.text_windows(files, tokenizer, window=window, limit_tokens=4 * window, per_file=1))
+    assert len(first) == 4 and all(len(t) == window and f == 0 for t, f in first)
+    per_file = [len(list(teacher.text_windows([f], tokenizer, window=window))) for f in files]
+    assert min(per_file) > 2
+    # One window of each file: each window is one of its file's own.
+    owners = []
+    for tokens, _ in first:
+        owners.append(next(i for i, f in enumerate(files)
+                           if tokens in [w for w, _ in teacher.text_windows([f], tokenizer, window=window, per_file=10**6)]))
+    assert sorted(owners) == [0, 1, 2, 3]
+    everything = list(teacher.text_windows(files, tokenizer, window=window))
+    assert len(everything) == sum(per_file)  # with no limit, every window of every file
+    limited = list(teacher.text_windows(files, tokenizer, window=window, limit_tokens=5 * window + 3))
+    assert sum(len(t) for t, _ in limited) <= 5 * window + 3 and len(limited) == 5
+
+
+def test_soft_labels_are_the_targets_distribution_over_the_draft_vocabulary():
+    """The soft loss is the cross-entropy against the target's top-k probabilities renormalized
+    over the ids the draft head holds; rows not valid count for nothing; one id of probability 1
+    is the plain cross-entropy."""
+    torch.manual_seed(0)
+    vocab, draft = 10, 6
+    index = torch.full((vocab,), training.IGNORE, dtype=torch.long)
+    index[torch.arange(draft) * 1 + 4] = torch.arange(draft)  # target ids 4..9 are draft ids 0..5
+    logits = torch.randn(3, draft)
+    top_ids = torch.tensor([[4, 0, 5], [9, 8, 1], [6, 7, 2]], dtype=torch.int32)
+    top_probs = torch.tensor([[0.5, 0.3, 0.2], [0.6, 0.2, 0.1], [0.9, 0.05, 0.05]], dtype=torch.float16)
+    valid = torch.tensor([True, True, False])
+    got = training.soft_cross_entropy(logits, index, top_ids, top_probs, valid)
+    logp = torch.log_softmax(logits, -1)
+    p0 = torch.tensor([0.5, 0.2], dtype=torch.float16).float()
+    p1 = torch.tensor([0.6, 0.2], dtype=torch.float16).float()
+    row0 = -(p0 / p0.sum() * logp[0, [0, 1]]).sum()
+    row1 = -(p1 / p1.sum() * logp[1, [5, 4]]).sum()
+    torch.testing.assert_close(got, (row0 + row1) / 2)
+    one = training.soft_cross_entropy(logits, index, torch.tensor([[4], [9], [6]], dtype=torch.int32),
+                                      torch.ones(3, 1, dtype=torch.float16), torch.ones(3, dtype=torch.bool))
+    torch.testing.assert_close(one, torch.nn.functional.cross_entropy(logits, torch.tensor([0, 5, 2])))
+    assert training.soft_cross_entropy(logits, index, torch.zeros(3, 1, dtype=torch.int32),
+                                       torch.ones(3, 1, dtype=torch.float16), valid) is None  # id 0: not drafted
+
+
+def test_teach_keeps_the_targets_top_k(tokenizer):
+    from engine.testing.tiny_models import build_model
+
+    target = build_model(len(tokenizer), hidden=32, layers=2, seed=2)
+    tokens = tokenizer("def add(a, b):\n    return a + b\nfor i in range(10): print(i)")["input_ids"]
+    sample = teacher.teach(ModelRunner(target), tokens, AUX, first=2, top_k=5, kind="reply")
+    runner = ModelRunner(target)
+    probs = torch.softmax(runner.forward(tokens, n_logits=len(tokens)).float(), -1)
+    want_probs, want_ids = probs.topk(5, -1)
+    assert sample.kind == "reply" and sample.top_ids.dtype == torch.int32 and sample.top_probs.dtype == torch.float16
+    assert torch.equal(sample.top_ids.long(), want_ids) and torch.equal(sample.top_ids[:, 0].long(), sample.labels)
+    torch.testing.assert_close(sample.top_probs.float(), want_probs, atol=1e-3, rtol=1e-3)
+    assert teacher.teach(ModelRunner(target), tokens, AUX).top_ids is None
+
+
+def test_the_held_out_texts_are_the_targets_replies():
+    from engine.distill.distill import split
+
+    def sample(kind, n):
+        return teacher.Sample(torch.zeros(4, 3), torch.full((4,), n), torch.zeros(4, dtype=torch.long), kind=kind)
+
+    samples = [sample("reply", n) for n in range(20)] + [sample("text", 100 + n) for n in range(50)]
+    held, trained = split(samples, 0.1, seed=3)
+    assert len(held) == 2 and all(s.kind == "reply" for s in held)
+    assert len(trained) == 68 and sum(s.kind == "text" for s in trained) == 50
+    assert split(samples, 0.1, seed=3)[0][0] is held[0]  # seeded
+    texts_only = [sample("text", n) for n in range(20)]
+    held, trained = split(texts_only, 0.1, seed=0)
+    assert len(held) == 2 and len(trained) == 18
+
+
+def test_distilling_from_replies_and_text_files(target, tokenizer, prompts, tmp_path):
+    """Replies and text files together, argmax labels (top_k=0) and the target's distribution
+    both raise the held-out acceptance, and the record says how many replies were made."""
+    import random
+
+    rng = random.Random(1)
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    for n in range(6):
+        (folder / f"t{n}.md").write_text(" ".join(rng.choice(WORDS) for _ in range(200)))
+    for top_k in (0, 8):
+        out = tmp_path / f"drafter{top_k}"
+        run_distill(target, tokenizer, prompts, out, text_files=(folder,), text_tokens=2000, top_k=top_k, max_steps=150)
+        record = json.loads((out / "config.json").read_text())["tandem_training"]
+        assert record["replies"] == len(prompts) and record["texts"] > len(prompts) and record["top_k"] == top_k
+        assert record["heldout_texts"] == 2
+        assert record["heldout_tokens_per_pass"] > record["untrained_tokens_per_pass"] + 0.8, record
+        data = torch.load(out / "training" / "data.pt", weights_only=False)
+        assert all((d["top_ids"] is None) == (top_k == 0) for d in data)
