@@ -43,7 +43,7 @@ def run(args) -> int:
     out = Path(args.out) if args.out else default_output(target_path)
     settings = DistillSettings(minutes=args.minutes, reply_tokens=args.reply_tokens, draft_vocab=args.head_tokens,
                                inner=args.inner, text_files=texts, text_tokens=args.text_tokens, seed=args.seed,
-                               top_k=args.top_k, windows_per_file=args.windows_per_file)
+                               top_k=args.top_k, windows_per_file=args.windows_per_file, data_minutes=args.data_minutes)
     encoded = [session.encode(p["prompt"]) for p in prompts]
     print(f"distilling an EAGLE-3 drafter for {session.target.name} into {out}: {len(encoded)} prompts"
           + (f" and {len(texts)} text file(s)" if texts else "") + f", {args.minutes:g} min of training", file=sys.stderr)
@@ -71,6 +71,9 @@ def add_parser(sub) -> None:
     p.add_argument("--out", help="folder for the drafter (default: beside the model, <name>-speculator.eagle3); "
                                  "a run killed before it ended resumes from there")
     p.add_argument("--minutes", type=float, default=20.0, help="training time (the data comes first)")
+    p.add_argument("--data-minutes", type=float, default=None,
+                   help="stop making data after this long and train on what was made (default: make it all); "
+                        "data is kept as it is made, so a run killed while making it goes on from there")
     p.add_argument("--prompts", default=str(DEFAULT_PROMPTS), help="JSONL prompts the target answers for the data")
     p.add_argument("--category", action="append", help="only prompts of this category (repeatable)")
     p.add_argument("--limit", type=int, default=0, help="at most this many prompts (0: all)")

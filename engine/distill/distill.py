@@ -55,6 +55,8 @@ class DistillSettings:
     windows_per_file: int = 2
     #: The share of the target's replies held out to score the drafter (texts are all trained on).
     heldout_share: float = 0.1
+    #: Stop making data after this long (None: make it all) and train on what was made.
+    data_minutes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -202,29 +204,83 @@ def _bf16_matmuls() -> bool:
 
 
 def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path, settings: DistillSettings, cancel):
-    """The teacher's samples: read from ``work`` when an earlier run made them."""
+    """The teacher's samples: read from ``work`` when an earlier run made them. Made samples
+    are kept in shards as they come (every SHARD_SAMPLES or SHARD_SECONDS), so a run stopped or
+    killed while making data resumes after the last shard; the complete data is one file."""
     path = work / DATA
     if path.is_file():
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-        samples = [Sample(**s) for s in saved]
+        samples = _read_samples(path)
         yield DistillEvent("data", len(samples), len(samples), f"{len(samples)} texts from an earlier run")
         return samples
     aux = settings.aux_layers or default_aux_layers(target_model.config.get_text_config().num_hidden_layers)
     texts = list(teacher.text_windows(teacher.text_files(settings.text_files), tokenizer, limit_tokens=settings.text_tokens,
                                       per_file=settings.windows_per_file, seed=settings.seed))
+    shards = sorted(work.glob(SHARDS))
+    samples: list[Sample] = [s for shard in shards for s in _read_samples(shard)]
+    done = Counter(s.kind for s in samples)
+    if samples:
+        yield DistillEvent("data", len(samples), len(prompts) + len(texts),
+                           f"{done['reply']} replies and {done['text']} texts from an earlier run")
     total = len(prompts) + len(texts)
-    samples: list[Sample] = []
-    replies = teacher.own_replies(runner_factory, prompts, tokenizer, eos_ids, settings.reply_tokens, cancel)
+    started_all = time.perf_counter()
+    fresh: list[Sample] = []
+    last_shard = time.perf_counter()
+
+    def keep_shard():
+        nonlocal fresh, last_shard
+        if fresh:
+            _write_samples(fresh, work / f"data-{len(shards):05d}.pt")
+            shards.append(work / f"data-{len(shards):05d}.pt")
+        fresh, last_shard = [], time.perf_counter()
+
+    def out_of_time() -> bool:
+        return settings.data_minutes is not None and time.perf_counter() - started_all > settings.data_minutes * 60
+
+    stopped = out_of_time_stop = False
+    replies = teacher.own_replies(runner_factory, prompts[done["reply"]:], tokenizer, eos_ids, settings.reply_tokens, cancel)
     # Two kinds of work at two paces: a reply is written a token a pass, a text read in chunks.
-    for kind, source, count in (("reply", replies, len(prompts)), ("text", iter(texts), len(texts))):
+    for kind, source, count in (("reply", replies, len(prompts)), ("text", iter(texts[done["text"]:]), len(texts))):
         started = time.perf_counter()
         for n, (tokens, first) in enumerate(source, 1):
             if cancel():
+                stopped = True
                 break
-            samples.append(teacher.teach(runner_factory(), tokens, aux, first, settings.top_k, kind))
+            if out_of_time():
+                out_of_time_stop = True
+                break
+            sample = teacher.teach(runner_factory(), tokens, aux, first, settings.top_k, kind)
+            samples.append(sample)
+            fresh.append(sample)
+            if len(fresh) >= SHARD_SAMPLES or time.perf_counter() - last_shard > SHARD_SECONDS:
+                keep_shard()
             pace = (time.perf_counter() - started) / n
-            yield DistillEvent("data", len(samples), total, f"{kind} {n} of {count}", eta_s=pace * (count - n))
-    if not cancel():  # a stopped run's texts are not all there: the next one makes them anew
-        torch.save([{"aux": s.aux, "tokens": s.tokens, "labels": s.labels, "first": s.first, "top_ids": s.top_ids,
-                     "top_probs": s.top_probs, "kind": s.kind} for s in samples], path)
+            yield DistillEvent("data", len(samples), total, f"{kind} {done[kind] + n} of {count}",
+                               eta_s=pace * (count - done[kind] - n))
+        if stopped or out_of_time_stop:
+            break
+    keep_shard()
+    if stopped or cancel():  # a stopped run's data is not all there: the next one goes on from its shards
+        return samples
+    if out_of_time_stop:
+        yield DistillEvent("data", len(samples), total, f"data time ({settings.data_minutes:g} min) spent: "
+                           f"{sum(s.kind == 'reply' for s in samples)} replies and {sum(s.kind == 'text' for s in samples)} texts")
+    _write_samples(samples, path)
+    for shard in shards:
+        shard.unlink(missing_ok=True)
     return samples
+
+
+SHARDS = "data-*.pt"
+SHARD_SAMPLES = 64
+SHARD_SECONDS = 120.0
+
+
+def _write_samples(samples: list[Sample], path: Path) -> None:
+    partial = path.with_name(path.name + ".partial")
+    torch.save([{"aux": s.aux, "tokens": s.tokens, "labels": s.labels, "first": s.first, "top_ids": s.top_ids,
+                 "top_probs": s.top_probs, "kind": s.kind} for s in samples], partial)
+    partial.replace(path)
+
+
+def _read_samples(path: Path) -> list[Sample]:
+    return [Sample(**s) for s in torch.load(path, map_location="cpu", weights_only=False)]

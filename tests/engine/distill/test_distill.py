@@ -276,3 +276,36 @@ def test_distilling_from_replies_and_text_files(target, tokenizer, prompts, tmp_
         assert record["heldout_tokens_per_pass"] > record["untrained_tokens_per_pass"] + 0.8, record
         data = torch.load(out / "training" / "data.pt", weights_only=False)
         assert all((d["top_ids"] is None) == (top_k == 0) for d in data)
+
+
+def test_data_is_kept_as_it_is_made_and_a_data_time_limit_trains_on_what_is_there(target, tokenizer, prompts, tmp_path,
+                                                                                monkeypatch):
+    """A run stopped while making data keeps what it made (in shards); the next run goes on from
+    there; with its data time spent it trains on what was made, and a later run reads that."""
+    from engine.distill import distill as distill_module
+
+    monkeypatch.setattr(distill_module, "SHARD_SAMPLES", 4)
+    out = tmp_path / "drafter"
+
+    def stop_in_the_data():  # once a shard is on disk
+        return any((out / "training").glob("data-*.pt"))
+
+    first = run_distill(target, tokenizer, prompts, out, max_steps=20)
+    fresh = torch.load(out / "training" / "data.pt", weights_only=False)  # all made in one go
+    out = tmp_path / "stopped"
+    list(distill(lambda: ModelRunner(target), target, tokenizer, set(), "tiny-target", prompts, out,
+                 DistillSettings(reply_tokens=24, draft_vocab=300, max_steps=20, aux_layers=AUX), cancel=stop_in_the_data))
+    kept = sorted((out / "training").glob("data-*.pt"))
+    made = sum(len(torch.load(k, weights_only=False)) for k in kept)
+    assert kept and 4 <= made < len(prompts) and not (out / "training" / "data.pt").exists()
+    second = run_distill(target, tokenizer, prompts, out, max_steps=20, data_minutes=0.0)
+    assert any(f"{made} replies and 0 texts from an earlier run" in e.message for e in second)
+    assert any("data time (0 min) spent" in e.message for e in second)
+    data = torch.load(out / "training" / "data.pt", weights_only=False)
+    assert len(data) == made and not list((out / "training").glob("data-*.pt"))
+    for mine, theirs in zip(data, fresh):  # the same replies as a run that made them in one go
+        assert torch.equal(mine["tokens"], theirs["tokens"]) and torch.equal(mine["labels"], theirs["labels"])
+    assert second[-1].phase == "done" and (out / "config.json").is_file()
+    third = run_distill(target, tokenizer, prompts, out, max_steps=30)
+    assert any(f"{made} texts from an earlier run" in e.message for e in third)
+    assert len(first) and third[-1].phase == "done"
