@@ -238,26 +238,39 @@ def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path,
 
     stopped = out_of_time_stop = False
     replies = teacher.own_replies(runner_factory, prompts[done["reply"]:], tokenizer, eos_ids, settings.reply_tokens, cancel)
+    sources = {"reply": replies, "text": iter(texts[done["text"]:])}
+    counts = {"reply": len(prompts), "text": len(texts)}
+    made, made_now, spent = Counter(done), Counter(), Counter()
     # Two kinds of work at two paces: a reply is written a token a pass, a text read in chunks.
-    for kind, source, count in (("reply", replies, len(prompts)), ("text", iter(texts[done["text"]:]), len(texts))):
-        started = time.perf_counter()
-        for n, (tokens, first) in enumerate(source, 1):
-            if cancel():
-                stopped = True
-                break
-            if out_of_time():
-                out_of_time_stop = True
-                break
-            sample = teacher.teach(runner_factory(), tokens, aux, first, settings.top_k, kind)
-            samples.append(sample)
-            fresh.append(sample)
-            if len(fresh) >= SHARD_SAMPLES or time.perf_counter() - last_shard > SHARD_SECONDS:
-                keep_shard()
-            pace = (time.perf_counter() - started) / n
-            yield DistillEvent("data", len(samples), total, f"{kind} {done[kind] + n} of {count}",
-                               eta_s=pace * (count - done[kind] - n))
-        if stopped or out_of_time_stop:
+    # They come interleaved in proportion (the kind furthest behind its share next), so a run
+    # stopped early, or a data time limit, leaves some of both.
+    while True:
+        open_kinds = [k for k in ("reply", "text") if made[k] < counts[k]]
+        if not open_kinds:
             break
+        kind = min(open_kinds, key=lambda k: made[k] / counts[k])
+        if cancel():
+            stopped = True
+            break
+        if out_of_time():
+            out_of_time_stop = True
+            break
+        started = time.perf_counter()
+        try:
+            tokens, first = next(sources[kind])
+        except StopIteration:  # replies stop early only when cancelled
+            counts[kind] = made[kind]
+            continue
+        sample = teacher.teach(runner_factory(), tokens, aux, first, settings.top_k, kind)
+        samples.append(sample)
+        fresh.append(sample)
+        made[kind] += 1
+        made_now[kind] += 1
+        spent[kind] += time.perf_counter() - started
+        if len(fresh) >= SHARD_SAMPLES or time.perf_counter() - last_shard > SHARD_SECONDS:
+            keep_shard()
+        eta = sum(spent[k] / made_now[k] * (counts[k] - made[k]) for k in counts if made_now[k])
+        yield DistillEvent("data", len(samples), total, f"{kind} {made[kind]} of {counts[kind]}", eta_s=eta)
     keep_shard()
     if stopped or cancel():  # a stopped run's data is not all there: the next one goes on from its shards
         return samples

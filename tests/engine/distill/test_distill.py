@@ -276,6 +276,8 @@ def test_distilling_from_replies_and_text_files(target, tokenizer, prompts, tmp_
         assert record["heldout_tokens_per_pass"] > record["untrained_tokens_per_pass"] + 0.8, record
         data = torch.load(out / "training" / "data.pt", weights_only=False)
         assert all((d["top_ids"] is None) == (top_k == 0) for d in data)
+        kinds = [d["kind"] for d in data]  # made interleaved: a time limit leaves some of both
+        assert "text" in kinds[: len(kinds) // 3] and "reply" in kinds[-len(kinds) // 3 :], kinds
 
 
 def test_data_is_kept_as_it_is_made_and_a_data_time_limit_trains_on_what_is_there(target, tokenizer, prompts, tmp_path,
