@@ -111,12 +111,15 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
     baseline = training.evaluate(layers, embed, heldout, settings.steps)
     if state["best"] is None:
         state["best"] = baseline.tokens_per_pass
+    # The first run's untrained figure and data time: a resumed run measures neither.
+    state.setdefault("untrained", baseline.tokens_per_pass)
+    state.setdefault("data_seconds", data_s)
     budget = settings.minutes * 60
     index = training.draft_index(layers)
     autocast = _bf16_matmuls()
-    record = {"texts": len(samples), "tokens": sum(len(s) for s in samples), "data_seconds": round(data_s, 1),
+    record = {"texts": len(samples), "tokens": sum(len(s) for s in samples), "data_seconds": round(state["data_seconds"], 1),
               "replies": sum(s.kind == "reply" for s in samples), "top_k": settings.top_k,
-              "heldout_texts": held, "untrained_tokens_per_pass": round(baseline.tokens_per_pass, 3)}
+              "heldout_texts": held, "untrained_tokens_per_pass": round(state["untrained"], 3)}
 
     def finished() -> bool:
         return state["trained_s"] >= budget or (settings.max_steps is not None and state["step"] >= settings.max_steps)
@@ -172,7 +175,7 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
         yield from checkpoint()  # stopped, or ended between two scorings: keep what it reached
     how = "stopped" if stopped else "done"
     yield DistillEvent("done", state["trained_s"], budget, f"{how}: best held-out {state['best']:.3f} tokens a pass (untrained "
-                       f"{baseline.tokens_per_pass:.3f}); saved in {out}", best_tokens_per_pass=state["best"])
+                       f"{state['untrained']:.3f}); saved in {out}", best_tokens_per_pass=state["best"])
 
 
 def split(samples: list[Sample], share: float, seed: int) -> tuple[list[Sample], list[Sample]]:

@@ -147,10 +147,15 @@ def test_a_stopped_run_keeps_its_best_and_resumes(target, tokenizer, prompts, tm
     assert (out / "config.json").is_file() and (out / "training" / "state.pt").is_file()
     stopped_at = torch.load(out / "training" / "state.pt", weights_only=False)["progress"]["step"]
     assert 0 < stopped_at < 300
+    before = json.loads((out / "config.json").read_text())["tandem_training"]
     second = list(distill(lambda: ModelRunner(target), target, tokenizer, set(), "tiny-target", prompts, out, settings))
     assert any("from an earlier run" in e.message for e in second)  # the data is not made again
     assert any(e.message.startswith("resumed after") for e in second)
     assert torch.load(out / "training" / "state.pt", weights_only=False)["progress"]["step"] == 300
+    after = json.loads((out / "config.json").read_text())["tandem_training"]
+    # The record keeps the first run's untrained figure and data time, not the resumed run's.
+    assert after["untrained_tokens_per_pass"] == before["untrained_tokens_per_pass"]
+    assert after["data_seconds"] == before["data_seconds"] and after["steps"] > before["steps"]
     assert first[-1].phase == second[-1].phase == "done"
 
 
