@@ -74,7 +74,7 @@ def run_compare(args) -> int:
     print(f"speedup{over}: {result.speedup:.2f}x (after the first token: {result.decode_speedup:.2f}x)")
     print(f"warm-up: both lanes ran a few tokens untimed first ({result.warm_up_seconds:.2f} s), so neither is"
           " timed with the process's one-time costs")
-    print(f"threads: plain {result.plain_threads}; speculative {result.speculative_threads}")
+    print(f"threads: {'draft model' if first else 'plain'} {result.plain_threads}; speculative {result.speculative_threads}")
     if result.identical:
         print("outputs: identical")
     elif result.divergence:
