@@ -170,11 +170,8 @@ def load_models(target: str | None = None, drafter: str | None = None, precision
         kind, note = default_drafter(session)
         note = " ".join(n for n in (trained_note, note) if n) or None
         draft_model = session.draft_model_name
-        racing = draft_model is not None and draft_model != session.drafter_name
-        if draft_model is None:
-            draft_model_path = ""
-        else:
-            draft_model_path = str(beside if racing else drafter_path)
+        racing = session.has_draft_model_beside
+        draft_model_path = "" if draft_model is None else str(beside if racing else drafter_path)
         ctx.emit(Progress("Warming up", 0, 0))
         warm_up(session, kind)
         ctx.state.session = session

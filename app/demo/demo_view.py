@@ -147,7 +147,8 @@ class DecodeControls(QWidget):
         self.precision.setCurrentIndex(max(0, self.precision.findData(precision)))
 
 
-def _stat(title: str) -> tuple[QWidget, QLabel]:
+def _stat(title: str) -> tuple[QWidget, QLabel, QLabel]:
+    """A stat box: (the box, its caption, its value)."""
     box = QFrame()
     box.setObjectName("stat")
     layout = QVBoxLayout(box)
@@ -158,7 +159,7 @@ def _stat(title: str) -> tuple[QWidget, QLabel]:
     value.setStyleSheet("font-size: 17px; font-weight: 600;")
     layout.addWidget(caption)
     layout.addWidget(value)
-    return box, value
+    return box, caption, value
 
 
 class LaneHeader(QWidget):
@@ -243,9 +244,7 @@ class DemoView(QWidget):
         self.values, self.captions = {}, {}
         for key, title in (("speedup", "Speedup"), ("identical", "Output"), ("ttft", "Time to first token"),
                            ("acceptance", "Acceptance rate"), ("per_pass", "Tokens per target pass")):
-            box, value = _stat(title)
-            self.values[key] = value
-            self.captions[key] = box.findChild(QLabel)
+            box, self.captions[key], self.values[key] = _stat(title)
             stats.addWidget(box)
         charts = QHBoxLayout()
         self.speed_plot = SpeedPlot()

@@ -232,8 +232,9 @@ def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path,
     def keep_shard():
         nonlocal fresh, last_shard
         if fresh:
-            _write_samples(fresh, work / f"data-{len(shards):05d}.pt")
-            shards.append(work / f"data-{len(shards):05d}.pt")
+            shard = work / f"data-{len(shards):05d}.pt"
+            _write_samples(fresh, shard)
+            shards.append(shard)
         fresh, last_shard = [], time.perf_counter()
 
     def out_of_time() -> bool:

@@ -85,12 +85,13 @@ class Session:
         self.eos_ids = eos_token_ids(target.model, target.tokenizer)
         self.drafter_options = drafter_options or DrafterOptions()
         self._costs: dict[str, dict] = {}  # per drafter kind: what the last request measured
-        #: A draft model's drafting kept beside a drafter made for the target ("draft_model").
-        self._beside: Drafter | None = None
+        #: What drafts as "draft_model": a draft model kept beside a drafter made for the target,
+        #: or the session's own draft model (set below); None without a separate draft model.
+        self._draft_model_drafting: Drafter | None = None
         if made_for_target is not None:
             self._model_drafter = made_for_target
             if drafter is not None:
-                self._beside = self._drafting_of(self._new_draft_model_drafter(drafter))
+                self._draft_model_drafting = self._drafting_of(self._new_draft_model_drafter(drafter))
         elif assistant:
             self._model_drafter = Gemma4AssistantDrafter(drafter.model, target.model, drafter.name, target.name)
         elif drafter is not None:
@@ -98,6 +99,8 @@ class Session:
         else:
             self._model_drafter = None
         self._drafting: Drafter | None = self._drafting_of(self._model_drafter)
+        if isinstance(self._model_drafter, DraftModelDrafter):
+            self._draft_model_drafting = self._drafting
         self._mtp_drafter: Drafter | None = None
         # The target's caches of recent requests (engine.models.runners.prefix_reuse): a chat's next
         # turn, a regenerate or the server's next request of a conversation prefills only what
@@ -192,9 +195,12 @@ class Session:
     def draft_model_name(self) -> str | None:
         """The separate draft model's name where one drafts as "draft_model" (alone, or beside a
         drafter made for the target); None otherwise."""
-        if self._beside is not None or isinstance(self._model_drafter, DraftModelDrafter):
-            return self.drafter_model.name
-        return None
+        return self.drafter_model.name if self._draft_model_drafting is not None else None
+
+    @property
+    def has_draft_model_beside(self) -> bool:
+        """Whether a draft model is loaded beside a drafter made for the target (the two race)."""
+        return self._draft_model_drafting is not None and self._draft_model_drafting is not self._drafting
 
     @property
     def precision(self) -> str:
@@ -235,11 +241,9 @@ class Session:
                 raise ValueError("no draft model is loaded; use prompt lookup or load a drafter")
             return self._drafting
         if kind == "draft_model":
-            if self._beside is not None:
-                return self._beside
-            if isinstance(self._model_drafter, DraftModelDrafter):
-                return self._drafting
-            raise ValueError("no separate draft model is loaded")
+            if self._draft_model_drafting is None:
+                raise ValueError("no separate draft model is loaded")
+            return self._draft_model_drafting
         if kind == "mtp":
             return self._mtp()
         raise ValueError(f"unknown drafter {kind!r}")
@@ -337,7 +341,7 @@ class Session:
         self.target_caches.clear()
         for runner in self._states_runners.values():
             runner.reset()
-        for drafter in (self._model_drafter, getattr(self._beside, "model", self._beside)):
+        for drafter in {self._model_drafter, getattr(self._draft_model_drafting, "model", self._draft_model_drafting)}:
             if isinstance(drafter, DraftModelDrafter):
                 drafter.forget()
 
