@@ -38,6 +38,10 @@ DRAFTER_TIPS = {
     "lookup": "Drafts by copying what followed the same words earlier in the prompt: free, best on edits.",
     "off": "No speculation: plain decoding.",
 }
+#: How often the live charts redraw while a run streams (the panes and figures update on every event).
+CHART_REFRESH_MS = 400
+#: How often streamed text and the running figures are shown: still reads as streaming.
+TEXT_FLUSH_MS = 100
 LANE_TITLES = ("Without speculation", "With speculation")
 FAIRNESS_NOTE = (
     "Both runs share this machine fairly: they take turns, and the one that has used less compute "
@@ -266,10 +270,20 @@ class DemoView(QWidget):
 
         self.run_button.clicked.connect(self._request_run)
         self.stop_button.clicked.connect(self.stop_requested)
+        # The charts redraw on a slow clock, not on every event: on a small machine a pyqtgraph
+        # repaint (axes, grid) takes the GUI thread's share of a core from the engine's threads,
+        # and redrawing at 10 Hz cost the panes a third of their tokens/sec.
         self._timer = QTimer(self)
-        self._timer.setInterval(100)
-        self._timer.timeout.connect(self.speed_plot.refresh)
+        self._timer.setInterval(CHART_REFRESH_MS)
+        self._timer.timeout.connect(self._refresh_charts)
         self._timer.start()
+        self._pending_rates: tuple | None = None
+        self._flush_timer = QTimer(self)
+        self._flush_timer.setSingleShot(True)
+        self._flush_timer.setInterval(TEXT_FLUSH_MS)
+        self._flush_timer.timeout.connect(self._flush)
+        self._pending_text: dict[str, list] = {"plain": [], "speculative": []}
+        self._pending_rate: dict[str, str] = {}
         self.last: dict[str, object] = {}
         self.result = None
         #: (draft model, drafter made for the target) where the loaded model can race the two.
@@ -318,28 +332,51 @@ class DemoView(QWidget):
             value.setText("–")
             value.setStyleSheet("font-size: 17px; font-weight: 600;")
         self.speed_plot.clear_runs()
+        self._flush_timer.stop()
+        self._pending_text = {"plain": [], "speculative": []}
+        self._pending_rate, self._pending_rates = {}, None
         self.acceptance_plot.show_rates([])
         self.last, self.result = {}, None
         self.set_running(True)
 
     # --- engine events ------------------------------------------------------------------------
     def on_lane_event(self, item) -> None:
+        """Record the event; the panes and figures take it on the next flush (at most every
+        ``TEXT_FLUSH_MS``), so a fast lane's many small events cost one repaint, not many."""
         lane, event = item.lane, item.event
         if isinstance(event, Tokens):
-            self.panes[lane].append_segments(item.segments)
+            self._pending_text[lane].extend(item.segments)
         elif isinstance(event, (Stats, Finished)):
             stats = event.stats
             self.last[lane] = stats
             done = " · done" if isinstance(event, Finished) and event.reason != "cancelled" else (
                 " · stopped" if isinstance(event, Finished) else "")
             reading = stats.new_tokens == 0 and 0 < stats.prompt_done < stats.prompt_tokens
-            self.headers[lane].rate.setText(describe(stats) if reading else
-                                            f"{stats.tok_per_s:.1f} tok/s · {stats.new_tokens} token{'' if stats.new_tokens == 1 else 's'}{done}")
+            self._pending_rate[lane] = (describe(stats) if reading else
+                                        f"{stats.tok_per_s:.1f} tok/s · {stats.new_tokens} token{'' if stats.new_tokens == 1 else 's'}{done}")
             if stats.seconds > 0:
                 self.speed_plot.add(lane, stats.seconds, stats.tok_per_s)
-            self._update_stats()
         elif isinstance(event, Failed):
+            self._flush()
             self.set_running(False)
+            return
+        if isinstance(event, Finished):
+            self._flush()
+        elif not self._flush_timer.isActive():  # a throttle, not a debounce: it fires while tokens flow
+            self._flush_timer.start()
+
+    def _flush(self) -> None:
+        """Show what arrived since the last flush: text in the panes, rates, the figures."""
+        self._flush_timer.stop()
+        for lane, segments in self._pending_text.items():
+            if segments:
+                self.panes[lane].append_segments(segments)
+                self._pending_text[lane] = []
+        if self._pending_rate:
+            for lane, text in self._pending_rate.items():
+                self.headers[lane].rate.setText(text)
+            self._pending_rate = {}
+            self._update_stats()
 
     def _update_stats(self) -> None:
         plain, spec = self.last.get("plain"), self.last.get("speculative")
@@ -351,17 +388,24 @@ class DemoView(QWidget):
             if plain and spec:
                 self.values["acceptance"].setText(f"{plain.acceptance:.0%} / {spec.acceptance:.0%}")
                 self.values["per_pass"].setText(f"{plain.tokens_per_pass:.2f} / {spec.tokens_per_pass:.2f}")
-                self.acceptance_plot.show_rates(spec.acceptance_by_position, plain.acceptance_by_position)
+                self._pending_rates = (spec.acceptance_by_position, plain.acceptance_by_position)
         elif spec:
             if spec.drafted:
                 self.values["acceptance"].setText(f"{spec.acceptance:.0%} of {spec.drafted}")
                 self.values["per_pass"].setText(f"{spec.tokens_per_pass:.2f} ({spec.mean_accepted_per_pass:.2f} drafted)")
-            self.acceptance_plot.show_rates(spec.acceptance_by_position)
+            self._pending_rates = (spec.acceptance_by_position, None)
+
+    def _refresh_charts(self) -> None:
+        self.speed_plot.refresh()
+        if self._pending_rates is not None:
+            self.acceptance_plot.show_rates(*self._pending_rates)
+            self._pending_rates = None
 
     def on_result(self, result) -> None:
         self.result = result
+        self._flush()
         self.set_running(False)
-        self.speed_plot.refresh()
+        self._refresh_charts()
         self.values["speedup"].setText(f"{result.speedup:.2f}×")
         identical = self.values["identical"]
         if "cancelled" in (result.plain.reason, result.speculative.reason):

@@ -70,10 +70,15 @@ class AcceptancePlot(pg.PlotWidget):
         self.baseline_bars = pg.BarGraphItem(x=[], height=[], width=0.35, brush=PLAIN_COLOR)
         self.addItem(self.baseline_bars)
         self.addItem(self.bars)
+        self._shown: tuple | None = None
 
     def show_rates(self, rates, baseline_rates=None) -> None:
         """``baseline_rates``: the raced drafter's, drawn left of each position's bar (None: one
         drafter, one bar a position)."""
+        shown = (tuple(rates), None if baseline_rates is None else tuple(baseline_rates))
+        if shown == self._shown:  # unchanged: no repaint (a step that drafted nothing, a race's other lane)
+            return
+        self._shown = shown
         if baseline_rates is None:
             self.baseline_bars.setOpts(x=[], height=[], width=0.35)
             xs = list(range(1, len(rates) + 1))
