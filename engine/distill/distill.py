@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections import Counter
@@ -25,7 +26,10 @@ from engine.distill.teacher import Sample
 from engine.models.planning.speculators_config import default_aux_layers
 
 STATE = "state.pt"
-DATA = "data.pt"
+#: Written when the data is complete: the shards it is made of, in order. (Runs before shards
+#: wrote the whole data once more as one file, ``LEGACY_DATA``; it is still read.)
+DATA_DONE = "data.json"
+LEGACY_DATA = "data.pt"
 
 
 @dataclass(frozen=True)
@@ -209,10 +213,10 @@ def _bf16_matmuls() -> bool:
 def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path, settings: DistillSettings, cancel):
     """The teacher's samples: read from ``work`` when an earlier run made them. Made samples
     are kept in shards as they come (every SHARD_SAMPLES or SHARD_SECONDS), so a run stopped or
-    killed while making data resumes after the last shard; the complete data is one file."""
-    path = work / DATA
-    if path.is_file():
-        samples = _read_samples(path)
+    killed while making data resumes after the last shard; complete, the shards stay and a list of
+    them marks the data done (writing it all again as one file cost its size twice on disk)."""
+    samples = read_data(work)
+    if samples is not None:
         yield DistillEvent("data", len(samples), len(samples), f"{len(samples)} texts from an earlier run")
         return samples
     aux = settings.aux_layers or default_aux_layers(target_model.config.get_text_config().num_hidden_layers)
@@ -281,10 +285,22 @@ def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path,
     if out_of_time_stop:
         yield DistillEvent("data", len(samples), total, f"data time ({settings.data_minutes:g} min) spent: "
                            f"{sum(s.kind == 'reply' for s in samples)} replies and {sum(s.kind == 'text' for s in samples)} texts")
-    _write_samples(samples, path)
-    for shard in shards:
-        shard.unlink(missing_ok=True)
+    done_path = work / DATA_DONE
+    partial = done_path.with_name(done_path.name + ".partial")
+    partial.write_text(json.dumps({"shards": [shard.name for shard in shards], "samples": len(samples)}))
+    partial.replace(done_path)
     return samples
+
+
+def read_data(work: Path) -> list[Sample] | None:
+    """The complete data an earlier run made in ``work``, in the order it was made; None when
+    there is none (or only a stopped run's shards, which ``_data`` goes on from)."""
+    done_path = work / DATA_DONE
+    if done_path.is_file():
+        return [s for name in json.loads(done_path.read_text())["shards"] for s in _read_samples(work / name)]
+    if (work / LEGACY_DATA).is_file():
+        return _read_samples(work / LEGACY_DATA)
+    return None
 
 
 SHARDS = "data-*.pt"

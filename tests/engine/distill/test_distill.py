@@ -13,7 +13,7 @@ from engine.cli import main as cli_main
 from engine.core.settings import DecodeSettings
 from engine.decode.decoding import speculative_decode
 from engine.distill import new_drafter, teacher, training
-from engine.distill.distill import DistillSettings, distill
+from engine.distill.distill import DistillSettings, distill, read_data
 from engine.drafters.eagle3 import Eagle3Drafter, load_eagle3_drafter
 from engine.models.runners.runner import ModelRunner
 from engine.testing.tiny_models import build_tokenizer
@@ -136,7 +136,7 @@ def test_a_stopped_run_keeps_its_best_and_resumes(target, tokenizer, prompts, tm
 
     def stop_after_a_while():
         """Stop some steps into training (once the data is on disk)."""
-        if (out / "training" / "data.pt").is_file():
+        if (out / "training" / "data.json").is_file():
             state["calls"] += 1
         return state["calls"] > 40
 
@@ -279,9 +279,9 @@ def test_distilling_from_replies_and_text_files(target, tokenizer, prompts, tmp_
         assert record["replies"] == len(prompts) and record["texts"] > len(prompts) and record["top_k"] == top_k
         assert record["heldout_texts"] == 2
         assert record["heldout_tokens_per_pass"] > record["untrained_tokens_per_pass"] + 0.8, record
-        data = torch.load(out / "training" / "data.pt", weights_only=False)
-        assert all((d["top_ids"] is None) == (top_k == 0) for d in data)
-        kinds = [d["kind"] for d in data]  # made interleaved: a time limit leaves some of both
+        data = read_data(out / "training")
+        assert all((d.top_ids is None) == (top_k == 0) for d in data)
+        kinds = [d.kind for d in data]  # made interleaved: a time limit leaves some of both
         assert "text" in kinds[: len(kinds) // 3] and "reply" in kinds[-len(kinds) // 3 :], kinds
 
 
@@ -298,21 +298,35 @@ def test_data_is_kept_as_it_is_made_and_a_data_time_limit_trains_on_what_is_ther
         return any((out / "training").glob("data-*.pt"))
 
     first = run_distill(target, tokenizer, prompts, out, max_steps=20)
-    fresh = torch.load(out / "training" / "data.pt", weights_only=False)  # all made in one go
+    fresh = read_data(out / "training")  # all made in one go
     out = tmp_path / "stopped"
     list(distill(lambda: ModelRunner(target), target, tokenizer, set(), "tiny-target", prompts, out,
                  DistillSettings(reply_tokens=24, draft_vocab=300, max_steps=20, aux_layers=AUX), cancel=stop_in_the_data))
     kept = sorted((out / "training").glob("data-*.pt"))
     made = sum(len(torch.load(k, weights_only=False)) for k in kept)
-    assert kept and 4 <= made < len(prompts) and not (out / "training" / "data.pt").exists()
+    assert kept and 4 <= made < len(prompts) and read_data(out / "training") is None
     second = run_distill(target, tokenizer, prompts, out, max_steps=20, data_minutes=0.0)
     assert any(f"{made} replies and 0 texts from an earlier run" in e.message for e in second)
     assert any("data time (0 min) spent" in e.message for e in second)
-    data = torch.load(out / "training" / "data.pt", weights_only=False)
-    assert len(data) == made and not list((out / "training").glob("data-*.pt"))
+    data = read_data(out / "training")
+    assert len(data) == made and sorted((out / "training").glob("data-*.pt")) == kept  # the shards are the data
     for mine, theirs in zip(data, fresh):  # the same replies as a run that made them in one go
-        assert torch.equal(mine["tokens"], theirs["tokens"]) and torch.equal(mine["labels"], theirs["labels"])
+        assert torch.equal(mine.tokens, theirs.tokens) and torch.equal(mine.labels, theirs.labels)
     assert second[-1].phase == "done" and (out / "config.json").is_file()
     third = run_distill(target, tokenizer, prompts, out, max_steps=30)
     assert any(f"{made} texts from an earlier run" in e.message for e in third)
     assert len(first) and third[-1].phase == "done"
+
+
+def test_data_written_whole_by_earlier_runs_is_still_read(tmp_path):
+    """Before shards, a run wrote its complete data as one data.pt: a training folder of then
+    trains again without making its data anew."""
+    from engine.distill import distill as distill_module
+    from engine.distill.teacher import Sample
+
+    made = [Sample(aux=torch.randn(5, 12), tokens=torch.arange(5), labels=torch.arange(1, 6), first=2, top_ids=None,
+                   top_probs=None, kind=kind) for kind in ("reply", "text")]
+    assert read_data(tmp_path) is None
+    distill_module._write_samples(made, tmp_path / "data.pt")
+    data = read_data(tmp_path)
+    assert [d.kind for d in data] == ["reply", "text"] and torch.equal(data[0].aux, made[0].aux)
