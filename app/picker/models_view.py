@@ -232,9 +232,9 @@ class ModelsView(QWidget):
         fits = [self._reassess(f) for f in getattr(self.report, "fits", ())]
         fits += [f.fit for f in self.local.values()]
         speeds = {f.entry.id: self.speed(f) for f in fits}
-        self._row_installed = {f.entry.id: model_rows.installed_for(f, self.installed) for f in fits}
-        self._row_trained = {f.entry.id: model_rows.trained_drafter_for(f, self.local.get(f.entry.id)) for f in fits
-                             if self._row_installed[f.entry.id]}
+        targets = {f.entry.id: model_rows.target_files(f, self.installed, self.local.get(f.entry.id)) for f in fits}
+        self._row_installed = {key: files is not None for key, files in targets.items()}
+        self._row_trained = {key: model_rows.trained_drafter_beside(files) for key, files in targets.items() if files}
         # Best fit, then fastest; where no speed is known (a GPU, or no fit), the smallest first.
         fits.sort(key=lambda f: (FIT_ORDER.get(f.fit, 9), -(speeds[f.entry.id].tok_s if speeds[f.entry.id] else 0),
                                  f.estimate.total))
