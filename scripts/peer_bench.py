@@ -33,6 +33,7 @@ from engine.bench import llamacpp  # noqa: E402  (no torch: the missing-binaries
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    from engine.bench.background_load import add_load_options, load_from_args
     from engine.cli.common import model_options
     from engine.core.paths import RESOURCES
 
@@ -57,17 +58,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="run llama.cpp without its weight repacking (--repack 0 / --no-repack). On a CPU with AMX its"
                         " repacked AMX path is what runs; on a VM that exposes AMX its speculative binary crashed there"
                         " (SIGSEGV in ggml_backend_amx_mul_mat) and its plain decode ran slower than without repacking")
-    p.add_argument("--background-load", type=int, default=0, metavar="N",
-                   help="N busy threads in a child process while both engines run (a busy machine; default 0)")
-    p.add_argument("--memory-pressure", type=float, default=0.0, metavar="GB",
-                   help="a child process holding this much RAM while both engines run (less page cache; default 0)")
-    p.add_argument("--memory-left", type=float, default=None, metavar="GB",
-                   help="a child process taking all the RAM available once the models load but this much, while both"
-                        " engines run (with a few hundred MB left, pages of the model's file are dropped and read back)")
+    add_load_options(p, "while both engines run")
     p.add_argument("--json", default="peer-llamacpp.json")
     model_options(p)
     p.set_defaults(precision="file", max_new_tokens=96)
     args = p.parse_args(argv)
+    try:
+        load_from_args(args)  # a bad value refused now, not after the models load
+    except ValueError as e:
+        p.error(str(e))
     args.draft_max = [n for n in args.draft_max if n]
     return args
 
@@ -213,7 +212,7 @@ def main(argv=None) -> int:
         llamacpp.PEER_ENV.pop("OMP_WAIT_POLICY", None)
     import torch
 
-    from engine.bench.background_load import BackgroundLoad
+    from engine.bench.background_load import load_from_args
     from engine.bench.prompt_sets import read_prompts, select_prompts
     from engine.cli.common import drafter_options, load_session, write_json_atomically
     from engine.core.paths import cache_dir
@@ -253,7 +252,7 @@ def main(argv=None) -> int:
     print(f"Tandem kernels: {record['tandem_kernels']['report']}", flush=True)
     peer = Peer(binaries, Path(args.target), peer_drafter, args)
     # The same load for both engines: started after the models load, stopped after the last run.
-    load = BackgroundLoad(threads=args.background_load, memory_gb=args.memory_pressure, memory_left_gb=args.memory_left)
+    load = load_from_args(args)
     with load:
         file_report, file_peer = tandem_phase(session, prompts, peer, args, with_speculation=bool(args.draft_max))
         record["background_load"] = load.describe() if load.active else None
@@ -268,7 +267,7 @@ def main(argv=None) -> int:
         args.target = args.int4_target or str(default_pair.prepare(default_pair.TARGET))
         args.precision = "int4"
         session = load_session(args)
-        with BackgroundLoad(threads=args.background_load, memory_gb=args.memory_pressure, memory_left_gb=args.memory_left):
+        with load_from_args(args):
             int4_report, int4_peer = tandem_phase(session, prompts, peer, args, with_speculation=False)
         record["int4"] = {"tandem": int4_report, "llamacpp": int4_peer, "summary": summarize(int4_report, int4_peer, args.draft_max)}
         del session

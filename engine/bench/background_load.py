@@ -267,5 +267,32 @@ class BackgroundLoad:
         self.stop()
 
 
+def add_load_options(parser, during: str) -> None:
+    """The flags of a command that times runs beside a load: ``--background-load``,
+    ``--memory-pressure``, ``--memory-left``; ``during`` says when the load runs ("during the
+    timed runs")."""
+    parser.add_argument("--background-load", type=int, default=0, metavar="N",
+                        help=f"N busy threads in a child process {during} (a busy machine; default 0)")
+    parser.add_argument("--memory-pressure", type=float, default=0.0, metavar="GB",
+                        help=f"a child process holding this much RAM {during} (less page cache; default 0)")
+    parser.add_argument("--memory-left", type=float, default=None, metavar="GB",
+                        help=f"a child process taking all the RAM available but this much {during}: with a few hundred"
+                             " MB left the system drops pages of the model's file, read back from disk as it runs")
+
+
+def load_from_args(args) -> BackgroundLoad:
+    """The load those flags ask for; ValueError, naming the flag, for a value that cannot be."""
+    if args.background_load < 0:
+        raise ValueError(f"--background-load must be >= 0 busy threads, not {args.background_load}")
+    if not args.memory_pressure >= 0:
+        raise ValueError(f"--memory-pressure must be >= 0 GB, not {args.memory_pressure}")
+    if args.memory_left is not None and (args.memory_pressure or not args.memory_left >= 0):
+        raise ValueError("--memory-left takes a size >= 0 GB, and not beside --memory-pressure (hold this much, or leave"
+                         " this much)")
+    return BackgroundLoad(threads=args.background_load, memory_gb=args.memory_pressure, memory_left_gb=args.memory_left)
+
+
+
 if __name__ == "__main__":
     _child_main(sys.argv[1:])
+

@@ -5,6 +5,7 @@ import json
 import sys
 from pathlib import Path
 
+from engine.bench.background_load import add_load_options
 from engine.cli.common import (
     check_writable,
     default_model_paths,
@@ -42,7 +43,7 @@ def run(args) -> int:
     import contextlib
     import gc
 
-    from engine.bench.background_load import BackgroundLoad
+    from engine.bench.background_load import load_from_args
     from engine.bench.prompt_sets import read_prompts, select_prompts
     from engine.bench.suite import baseline_plain, run_bench
     from engine.core.settings import DecodeSettings, InvalidRequest
@@ -63,12 +64,10 @@ def run(args) -> int:
             raise InvalidRequest("--seeds applies to --mode sample (greedy decoding has no seed)")
         seeds = []
         DecodeSettings(max_new_tokens=args.max_new_tokens)
-    if args.background_load < 0:
-        raise InvalidRequest(f"--background-load must be >= 0 busy threads, not {args.background_load}")
-    if not args.memory_pressure >= 0:
-        raise InvalidRequest(f"--memory-pressure must be >= 0 GB, not {args.memory_pressure}")
-    if args.memory_left is not None and (args.memory_pressure or not args.memory_left >= 0):
-        raise InvalidRequest("--memory-left takes a size >= 0 GB, and not beside --memory-pressure (hold this much, or leave this much)")
+    try:
+        load = load_from_args(args)
+    except ValueError as e:
+        raise InvalidRequest(str(e)) from None
     drafter_options(args)
     prompts = select_prompts(read_prompts(args.prompts), args.category, args.limit)
     out = check_writable(Path(args.json))
@@ -93,7 +92,6 @@ def run(args) -> int:
     print(f"CPU kernels: {kernels}", file=sys.stderr)
     if args.mode == "sample" and not args.no_hf:
         print("note: transformers' reference runs are greedy only; a sampled bench skips them", file=sys.stderr)
-    load = BackgroundLoad(args.background_load, args.memory_pressure, memory_left_gb=args.memory_left)
     with load if load.active else contextlib.nullcontext():
         if load.active:
             print(f"background load: {load.text()} (child processes, stopped at the end)", file=sys.stderr)
@@ -151,12 +149,6 @@ def add_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=1.0, help="with --mode sample (default 1.0, the server's)")
     p.add_argument("--seeds", default=None,
                    help="with --mode sample: N (seeds 0 to N-1) or S1,S2,... (default 3)")
-    p.add_argument("--background-load", type=int, default=0, metavar="N",
-                   help="N busy threads in a child process during the timed runs (a busy machine; default 0)")
-    p.add_argument("--memory-pressure", type=float, default=0.0, metavar="GB",
-                   help="a child process holding this much RAM during the timed runs (less page cache; default 0)")
-    p.add_argument("--memory-left", type=float, default=None, metavar="GB",
-                   help="a child process taking all the RAM available when the timed runs start but this much: with"
-                        " a few hundred MB left the system drops pages of the model's file, read back from disk as it runs")
+    add_load_options(p, "during the timed runs")
     model_options(p)
     p.set_defaults(func=run)
