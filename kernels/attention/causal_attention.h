@@ -134,6 +134,9 @@ inline void chunk_partials(const QT* const* qs, const KT* kh, const KT* vh, cons
 // long cache (its rows' keys and values come from L2 once per pair of queries). Its own fixed
 // reduction tree (each score's 16 lanes folded to 8, then hsum4), so its bits differ from the
 // 8-lane tiles' but not between calls: a process uses one tile set for every row it computes.
+// It repeats chunk_partials' structure rather than sharing a template with it: the AVX-512
+// intrinsics compile only inside this target region, and GCC cannot give one instantiation of a
+// template other target options than another (the avx2 build must not need AVX-512).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,f16c,fma")
 
