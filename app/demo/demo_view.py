@@ -38,7 +38,7 @@ DRAFTER_TIPS = {
     "lookup": "Drafts by copying what followed the same words earlier in the prompt: free, best on edits.",
     "off": "No speculation: plain decoding.",
 }
-#: How often the live charts redraw while a run streams (the panes and figures update on every event).
+#: How often the live charts redraw while a run streams.
 CHART_REFRESH_MS = 400
 #: How often streamed text and the running figures are shown: still reads as streaming.
 TEXT_FLUSH_MS = 100
@@ -270,9 +270,10 @@ class DemoView(QWidget):
 
         self.run_button.clicked.connect(self._request_run)
         self.stop_button.clicked.connect(self.stop_requested)
-        # The charts redraw on a slow clock, not on every event: on a small machine a pyqtgraph
-        # repaint (axes, grid) takes the GUI thread's share of a core from the engine's threads,
-        # and redrawing at 10 Hz cost the panes a third of their tokens/sec.
+        # The charts redraw on a slow clock and the panes take text in batches, not on every
+        # event: on a small machine every repaint (a pyqtgraph chart's axes and grid most) is CPU
+        # time the engine's threads wait for; redrawing the chart at 10 Hz and the rest per event
+        # cost the plain pane a third of its tokens/sec and overstated the speedup.
         self._timer = QTimer(self)
         self._timer.setInterval(CHART_REFRESH_MS)
         self._timer.timeout.connect(self._refresh_charts)
