@@ -75,3 +75,16 @@ def test_script_without_binaries_exits_with_the_build_hint(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "peer_bench.py")],
                           capture_output=True, text=True, timeout=60, env=env, cwd=ROOT)
     assert done.returncode == 2 and "no llama.cpp build folder given" in done.stderr
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--background-load", "-1"], "--background-load must be >= 0"),
+    (["--memory-pressure", "-2"], "--memory-pressure must be >= 0"),
+    (["--memory-left", "1", "--memory-pressure", "1"], "not beside --memory-pressure"),
+])
+def test_script_refuses_a_bad_load_before_looking_for_binaries(tmp_path, flags, message):
+    """The same checks and words as `tandem bench` (the flags are declared once), and before the
+    models load or llama.cpp is looked for."""
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "peer_bench.py"), "--llama-cpp", str(tmp_path), *flags],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2 and message in done.stderr and "llama-bench is not in" not in done.stderr
