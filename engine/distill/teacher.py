@@ -7,6 +7,7 @@ target's runner gives both (the runners keep the named layers' inputs, engine.mo
 """
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,8 +113,6 @@ def text_windows(paths: Iterable[Path], tokenizer, window: int = 512, limit_toke
     spread across the files: the files in a seeded random order, at most ``per_file`` windows
     of each (chosen at random in it) first, then, when the limit is not reached, the files'
     other windows. Of a file larger than ``max_chars``, a random slice that long is read."""
-    import random
-
     rng = random.Random(seed)
     files = list(paths)
     rng.shuffle(files)
