@@ -6,7 +6,8 @@ cap keeps a stray video or a log of gigabytes out of memory. Each refusal is an 
 whose message says what the person should know.
 
 In the prompt an attachment is a fenced block headed by its name, ahead of what the person typed
-(``user_content``). The file's text stays verbatim in the prompt, so when the reply is an edit of
+(engine.session.saved_turns writes it, for the chat and for `tandem distill`'s reading of saved
+conversations alike). The file's text stays verbatim in the prompt, so when the reply is an edit of
 the file, prompt lookup (and a draft model) can copy long runs of it and the target accepts them.
 
 Nothing here imports Qt or torch: reading runs on the engine's worker thread (app/bridge/jobs.py), and
@@ -15,10 +16,11 @@ the conversation (app/store/conversations.py) builds what the model sees from th
 from __future__ import annotations
 
 import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.session.saved_turns import file_block
 
 #: A text file's cap: far more than a context window holds (~4 bytes a token), small enough to read at once.
 MAX_TEXT_BYTES = 2 * 2**20
@@ -26,21 +28,6 @@ MAX_TEXT_BYTES = 2 * 2**20
 MAX_PDF_BYTES = 32 * 2**20
 #: The extracted text of a PDF is held to the text cap too.
 MAX_PDF_PAGES = 2000
-
-#: Fence languages by suffix, so the model reads the block as the code it is.
-LANGUAGES = {
-    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
-    ".tsx": "tsx", ".jsx": "jsx", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp",
-    ".cs": "csharp", ".java": "java", ".kt": "kotlin", ".go": "go", ".rs": "rust", ".rb": "ruby",
-    ".php": "php", ".swift": "swift", ".sh": "bash", ".bash": "bash", ".zsh": "zsh", ".ps1": "powershell",
-    ".sql": "sql", ".html": "html", ".css": "css", ".scss": "scss", ".json": "json", ".yaml": "yaml",
-    ".yml": "yaml", ".toml": "toml", ".ini": "ini", ".xml": "xml", ".md": "markdown", ".rst": "rst",
-    ".tex": "latex", ".r": "r", ".lua": "lua", ".pl": "perl", ".scala": "scala", ".dart": "dart",
-    ".m": "objectivec", ".jl": "julia", ".hs": "haskell", ".ex": "elixir", ".erl": "erlang",
-    ".vue": "vue", ".svelte": "svelte", ".dockerfile": "dockerfile", ".cmake": "cmake", ".mk": "make",
-}
-_NAMED = {"dockerfile": "dockerfile", "makefile": "make", "cmakelists.txt": "cmake"}
-
 
 class AttachmentError(ValueError):
     """The file cannot be attached; the message names the file and says why."""
@@ -146,27 +133,9 @@ def pdf_text(name: str, data: bytes) -> str:
     return text
 
 
-def language(name: str) -> str:
-    lower = name.lower()
-    return _NAMED.get(lower) or LANGUAGES.get(Path(lower).suffix, "")
-
-
 def block(attachment: Attachment) -> str:
-    """The attachment as the model reads it: its name, then its text in a fence longer than any
-    run of backticks inside it (so a Markdown file's own fences cannot close it)."""
-    longest = max((len(m) for m in re.findall(r"`{3,}", attachment.text)), default=0)
-    fence = "`" * max(3, longest + 1)
-    lang = "" if attachment.kind == "pdf" else language(attachment.name)
-    body = attachment.text if attachment.text.endswith("\n") else attachment.text + "\n"
-    return f"File: {attachment.name}\n{fence}{lang}\n{body}{fence}"
-
-
-def user_content(text: str, attachments: list[dict] | tuple = ()) -> str:
-    """A user turn's content: each attached file's block, then what the person typed."""
-    if not attachments:
-        return text
-    blocks = [block(a if isinstance(a, Attachment) else Attachment.from_json(a)) for a in attachments]
-    return "\n\n".join(blocks + ([text] if text else []))
+    """The attachment as the model reads it (engine.session.saved_turns.file_block)."""
+    return file_block(attachment.name, attachment.text, attachment.kind)
 
 
 def over_budget(prompt_tokens: int, window: int, max_new_tokens: int, attachments: list[tuple[str, int | None]] = ()) -> str:

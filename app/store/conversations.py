@@ -23,10 +23,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from app.store import json_files
-from app.store.attachments import user_content
 from app.store.conversation_schema import SchemaError, validate
-from engine.session.chat import for_the_model
-from engine.tools.calls import arguments_for_template
+from engine.session.saved_turns import model_turn
 
 log = logging.getLogger(__name__)
 
@@ -71,24 +69,14 @@ class Conversation:
 
     def chat_messages(self) -> list[dict]:
         """What the model sees: the system prompt, then roles and contents only, each user turn's
-        attached files written into its content (app/store/attachments.py: user_content), a reply's
-        tool calls and each tool's result as the chat template writes them."""
+        attached files written into its content, a reply's tool calls and each tool's result as the
+        chat template writes them (engine.session.saved_turns)."""
         system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt.strip() else []
         return system + [model_turn(m) for m in self.messages]
 
     def to_json(self) -> dict:
         data = asdict(self)
         return {**data.pop("extra"), **data}
-
-
-def model_turn(message: dict) -> dict:
-    if message["role"] == "tool":  # the result as the model read it (engine.session.chat)
-        return {"role": "tool", "content": for_the_model(None if message.get("outcome") == "declined" else message["content"])}
-    turn = {"role": message["role"], "content": user_content(message["content"], message.get("attachments") or ())}
-    if message.get("tool_calls"):
-        turn["tool_calls"] = [{"type": "function", "function": {
-            "name": c["name"], "arguments": arguments_for_template(c["arguments"])}} for c in message["tool_calls"]]
-    return turn
 
 
 _FIELDS = tuple(f.name for f in fields(Conversation) if f.name != "extra")

@@ -9,7 +9,8 @@ from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QFileDialog
 
-from app.store.attachments import MAX_TEXT_BYTES, Attachment, AttachmentError, block, read_attachment, user_content
+from app.store.attachments import MAX_TEXT_BYTES, Attachment, AttachmentError, block, read_attachment
+from engine.session.saved_turns import user_content
 from tests.app.conftest import wait_idle
 
 CODE = '''def add(a, b):
