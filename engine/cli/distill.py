@@ -22,7 +22,9 @@ def run(args) -> int:
     from engine.bench.prompt_sets import read_prompts, select_prompts
     from engine.cli.common import load_session
     from engine.core.settings import InvalidRequest
+    from engine.distill.conversations import conversation_prompts, interleave, prompt_limit, read_folder
     from engine.distill.distill import DistillSettings, distill
+    from engine.distill.training import training_device
 
     if args.minutes <= 0:
         raise InvalidRequest(f"--minutes must be above 0, not {args.minutes}")
@@ -34,6 +36,24 @@ def run(args) -> int:
         raise InvalidRequest(f"--text: no such file or folder: {', '.join(missing)}")
     if args.top_k < 0:
         raise InvalidRequest(f"--top-k must be 0 or more, not {args.top_k}")
+    if args.windows_per_file < 1:
+        raise InvalidRequest(f"--windows-per-file must be at least 1, not {args.windows_per_file}")
+    if args.data_minutes is not None and args.data_minutes <= 0:
+        raise InvalidRequest(f"--data-minutes must be above 0, not {args.data_minutes}")
+    if args.conversation_turns < 0:
+        raise InvalidRequest(f"--conversation-turns must be 0 or more, not {args.conversation_turns}")
+    if args.prompt_tokens < 64:
+        raise InvalidRequest(f"--prompt-tokens must be at least 64, not {args.prompt_tokens}")
+    saved = None
+    if args.conversations is not None:
+        folder = Path(args.conversations)
+        if not folder.is_dir():
+            raise InvalidRequest(f"--conversations: no such folder: {folder}")
+        saved = read_folder(folder)
+    try:
+        device = training_device(args.train_device)
+    except ValueError as exc:
+        raise InvalidRequest(f"--train-device: {exc}") from None
     prompts = select_prompts(read_prompts(Path(args.prompts)), args.category, args.limit)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -43,10 +63,19 @@ def run(args) -> int:
     out = Path(args.out) if args.out else default_output(target_path)
     settings = DistillSettings(minutes=args.minutes, reply_tokens=args.reply_tokens, draft_vocab=args.head_tokens,
                                inner=args.inner, text_files=texts, text_tokens=args.text_tokens, seed=args.seed,
-                               top_k=args.top_k, windows_per_file=args.windows_per_file, data_minutes=args.data_minutes)
+                               top_k=args.top_k, windows_per_file=args.windows_per_file, data_minutes=args.data_minutes,
+                               device=str(device))
     encoded = [session.encode(p["prompt"]) for p in prompts]
+    if saved is not None:
+        limit = prompt_limit(session.target.model.config, args.prompt_tokens, args.reply_tokens)
+        own, too_long = conversation_prompts(saved.conversations, session.encode, args.conversation_turns, limit)
+        print(f"{len(own)} prompts from {len(saved.conversations)} saved conversation(s) in {args.conversations}"
+              + (f"; {too_long} turn(s) over {limit} tokens left out" if too_long else "")
+              + (f"; {saved.skipped} file(s) there were not conversations" if saved.skipped else ""), file=sys.stderr)
+        encoded = interleave(own, encoded)
     print(f"distilling an EAGLE-3 drafter for {session.target.name} into {out}: {len(encoded)} prompts"
-          + (f" and {len(texts)} text file(s)" if texts else "") + f", {args.minutes:g} min of training", file=sys.stderr)
+          + (f" and {len(texts)} text file(s)" if texts else "") + f", {args.minutes:g} min of training on the "
+          f"{device.type.upper() if device.type != 'cpu' else 'CPU'}", file=sys.stderr)
     for event in distill(session.layer_states_runner, session.target.model, session.tokenizer, session.eos_ids, session.target.name,
                          encoded, out, settings):
         eta = f", about {event.eta_s / 60:.1f} min left" if event.eta_s is not None else ""
@@ -65,6 +94,7 @@ def run(args) -> int:
 
 def add_parser(sub) -> None:
     from engine.cli.common import model_options
+    from engine.core.paths import data_dir
 
     p = sub.add_parser("distill", help="train an EAGLE-3 drafter for the target here (its own replies, your files)")
     model_options(p)
@@ -78,6 +108,13 @@ def add_parser(sub) -> None:
     p.add_argument("--category", action="append", help="only prompts of this category (repeatable)")
     p.add_argument("--limit", type=int, default=0, help="at most this many prompts (0: all)")
     p.add_argument("--reply-tokens", type=int, default=160, help="tokens of each reply the target writes")
+    p.add_argument("--conversations", nargs="?", const=str(data_dir() / "conversations"), default=None, metavar="FOLDER",
+                   help="also answer the messages of your saved chats (the app's, or FOLDER's): opt-in, nothing "
+                        "leaves this machine")
+    p.add_argument("--conversation-turns", type=int, default=64,
+                   help="at most this many messages of saved chats (newest conversations first; 0: all)")
+    p.add_argument("--prompt-tokens", type=int, default=2048,
+                   help="a saved chat's prompt longer than this loses its oldest turns")
     p.add_argument("--text", action="append", help="a text or code file read teacher-forced, or a folder: its text "
                                                   "and code files (repeatable)")
     p.add_argument("--windows-per-file", type=int, default=2,
@@ -89,4 +126,6 @@ def add_parser(sub) -> None:
     p.add_argument("--inner", type=int, default=None, help="the drafter MLP's width (default: 2 x hidden size)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's choice)")
+    p.add_argument("--train-device", default="auto", help="where the drafter trains: auto (a GPU where there is one), "
+                                                          "cpu, cuda, mps (--device places the model that makes the data)")
     p.set_defaults(func=run)

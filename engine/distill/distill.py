@@ -61,6 +61,11 @@ class DistillSettings:
     heldout_share: float = 0.1
     #: Stop making data after this long (None: make it all) and train on what was made.
     data_minutes: float | None = None
+    #: Where the drafter trains: "auto" (a GPU where torch sees one, else the CPU), "cpu", "cuda", "mps".
+    device: str = "auto"
+    #: Tokens of a prompt kept before the reply as the drafter's context in training (a long
+    #: conversation's earlier turns still shape the target's states; the drafter trains on a window).
+    context_tokens: int = 768
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
             prompts: list[list[int]], out: Path, settings: DistillSettings = DistillSettings(),
             cancel: Callable[[], bool] = lambda: False) -> Iterator[DistillEvent]:
     out = Path(out)
+    device = training.training_device(settings.device)
     work = out / "training"
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -100,7 +106,7 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
     ids = new_drafter.draft_vocabulary(counts, spec.layers.vocab_size, spec.draft_vocab_size)
     decoder = target_model.get_decoder()
     layers = new_drafter.new_drafter(spec, ids, target_model.get_output_embeddings(),
-                                     decoder.norm.weight.detach(), seed=settings.seed)
+                                     decoder.norm.weight.detach(), seed=settings.seed).to(device)
     embed = target_model.get_input_embeddings()
     params = training.trainable(layers)
     optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=0.0)
@@ -120,9 +126,9 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
     state.setdefault("data_seconds", data_s)
     budget = settings.minutes * 60
     index = training.draft_index(layers)
-    autocast = _bf16_matmuls()
+    autocast = _bf16_matmuls(device)
     record = {"texts": len(samples), "tokens": sum(len(s) for s in samples), "data_seconds": round(state["data_seconds"], 1),
-              "replies": sum(s.kind == "reply" for s in samples), "top_k": settings.top_k,
+              "replies": sum(s.kind == "reply" for s in samples), "top_k": settings.top_k, "device": device.type,
               "heldout_texts": held, "untrained_tokens_per_pass": round(state["untrained"], 3)}
 
     def finished() -> bool:
@@ -163,7 +169,7 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
         sample = train_set[state["step"] % len(train_set)]
         for group in optimizer.param_groups:
             group["lr"] = training.learning_rate(state["step"], total_steps(), settings.learning_rate)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
             loss, _, _ = training.unrolled(layers, embed, sample, index, settings.steps)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -200,9 +206,13 @@ def _step_estimate(state: dict) -> float:
     return state["trained_s"] / state["step"] if state["step"] else 1.0
 
 
-def _bf16_matmuls() -> bool:
-    """Train in bf16 where the CPU multiplies bf16 natively (AMX, AVX-512 BF16); fp32 elsewhere,
-    where bf16 matmuls are emulated and slower than fp32 ones."""
+def _bf16_matmuls(device: torch.device) -> bool:
+    """Train in bf16 where the device multiplies bf16 natively (a CUDA GPU that has it; a CPU with
+    AMX or AVX-512 BF16); fp32 elsewhere, where bf16 matmuls are emulated and slower than fp32 ones."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type != "cpu":
+        return False
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -265,11 +275,17 @@ def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path,
             break
         started = time.perf_counter()
         try:
-            tokens, first = next(sources[kind])
+            made_one = next(sources[kind])
         except StopIteration:  # replies stop early only when cancelled
             counts[kind] = made[kind]
             continue
-        sample = teacher.teach(runner_factory(), tokens, aux, first, settings.top_k, kind)
+        if isinstance(made_one, str):  # a prompt the target could not answer: said, and passed over
+            counts[kind] -= 1
+            total -= 1
+            yield DistillEvent("data", len(samples), total, f"{kind} {made[kind] + 1} left out: {made_one}")
+            continue
+        tokens, first = made_one
+        sample = teacher.teach(runner_factory(), tokens, aux, first, settings.top_k, kind, settings.context_tokens)
         samples.append(sample)
         fresh.append(sample)
         made[kind] += 1

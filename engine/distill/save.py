@@ -55,8 +55,8 @@ def save_speculators(layers: Eagle3Layers, folder: Path, training: dict | None =
     for key, value in layers.state_dict().items():
         if key.startswith("embed_tokens") or key.startswith("fc_norm"):
             continue
-        tensors[key] = value.detach().to(torch.bfloat16 if value.is_floating_point() else value.dtype).contiguous()
-    ids = layers.target_ids(torch.arange(layers.spec.draft_vocab_size))
+        tensors[key] = value.detach().to("cpu", torch.bfloat16 if value.is_floating_point() else value.dtype).contiguous()
+    ids = layers.target_ids(torch.arange(layers.spec.draft_vocab_size, device=layers.d2t.device)).cpu()
     t2d = torch.zeros(layers.spec.layers.vocab_size, dtype=torch.bool)
     t2d[ids] = True
     tensors["t2d"] = t2d

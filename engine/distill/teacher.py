@@ -46,10 +46,13 @@ class Sample:
 
 
 def teach(runner: Runner, tokens: list[int], aux_layers: tuple[int, ...], first: int = 0, top_k: int = 0,
-          kind: str = "text") -> Sample:
+          kind: str = "text", context_tokens: int | None = None) -> Sample:
     """One teacher-forced pass (in chunks) of ``tokens`` through the target; labels before
     ``first`` are context only. ``top_k``: keep the target's k likeliest next tokens and their
-    probabilities too (the drafter then learns the target's distribution, not only its argmax)."""
+    probabilities too (the drafter then learns the target's distribution, not only its argmax).
+    ``context_tokens``: of the context before ``first``, keep only the last this many (the
+    target still reads all of it, so the kept states are the ones it has in a long chat; the
+    drafter trains on a window of them, which bounds the memory and time a long prompt costs)."""
     runner.reset()
     runner.aux_layers = tuple(aux_layers)
     aux, labels, top_ids, top_probs = [], [], [], []
@@ -68,16 +71,19 @@ def teach(runner: Runner, tokens: list[int], aux_layers: tuple[int, ...], first:
                 top_probs.append((values - logits.logsumexp(-1, keepdim=True)).exp().to(torch.float16))
     runner.aux_layers = ()
     runner.reset()
-    tops = (torch.cat(top_ids), torch.cat(top_probs)) if top_k else (None, None)
-    return Sample(torch.cat(aux), torch.tensor(tokens, dtype=torch.long), torch.cat(labels), first, *tops, kind=kind)
+    cut = max(first - context_tokens, 0) if context_tokens is not None else 0
+    tops = (torch.cat(top_ids)[cut:].clone(), torch.cat(top_probs)[cut:].clone()) if top_k else (None, None)
+    return Sample(torch.cat(aux)[cut:].clone(), torch.tensor(tokens[cut:], dtype=torch.long), torch.cat(labels)[cut:].clone(),
+                  first - cut, *tops, kind=kind)
 
 
 def own_replies(runner_factory: Callable[[], Runner], prompts: Iterable[list[int]], tokenizer, eos_ids: set[int],
-                max_new_tokens: int, cancel: Callable[[], bool] = lambda: False) -> Iterator[tuple[list[int], int]]:
+                max_new_tokens: int, cancel: Callable[[], bool] = lambda: False) -> Iterator[tuple[list[int], int] | str]:
     """(prompt + the target's greedy reply, the index of the first label a draft could give: the
     reply's second token, since the target chose its first at the prefill) for each
-    prompt (plain decoding on a fresh runner)."""
-    from engine.core.events import Finished
+    prompt (plain decoding on a fresh runner); for a prompt the target refused (one longer than
+    its context window), why, so the caller can say so and go on."""
+    from engine.core.events import Failed, Finished
     from engine.decode.decoding import plain_decode
 
     for prompt in prompts:
@@ -87,6 +93,11 @@ def own_replies(runner_factory: Callable[[], Runner], prompts: Iterable[list[int
         for event in plain_decode(runner_factory(), tokenizer, prompt, settings, eos_ids, cancel):
             if isinstance(event, Finished):
                 yield list(prompt) + list(event.token_ids), len(prompt)
+                break
+            if isinstance(event, Failed):
+                if cancel():
+                    return
+                yield event.error
                 break
 
 

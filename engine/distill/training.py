@@ -10,6 +10,10 @@ the real entries up to j and its own chain before it, as the drafter's cache hol
 
 The held-out figure is the drafter's expected tokens per target pass at ``steps`` drafts
 (1 + the expected run of correct drafts), measured the same way on texts it never trained on.
+
+The layers train on whatever device they sit on (a GPU where there is one: ``training_device``);
+the samples stay in host memory and each text goes over as it is trained on, and the target's
+embedding table is read where the target is.
 """
 from __future__ import annotations
 
@@ -42,10 +46,38 @@ class Scores:
         return 1.0 + sum(r / self.positions for r in self.runs)
 
 
+def training_device(wanted: str = "auto") -> torch.device:
+    """Where the drafter trains: ``auto`` is a CUDA GPU where torch sees one, else Apple's MPS,
+    else the CPU; a device named but not there is refused with the reason."""
+    if wanted == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    device = torch.device(wanted)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("no CUDA GPU is visible to torch here: train on the CPU (--train-device cpu)")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise ValueError("Apple's MPS is not available here: train on the CPU (--train-device cpu)")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"cannot train on {wanted!r}: choose auto, cpu, cuda or mps")
+    return device
+
+
+def device_of(module: torch.nn.Module) -> torch.device:
+    """The device a module's first tensor is on (the CPU for one that holds none)."""
+    for tensor in (*module.parameters(), *module.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
 def draft_index(layers: Eagle3Layers) -> torch.Tensor:
-    """Target id -> draft id, IGNORE for ids the drafter's head lacks."""
-    index = torch.full((layers.spec.layers.vocab_size,), IGNORE, dtype=torch.long)
-    index[layers.target_ids(torch.arange(layers.spec.draft_vocab_size))] = torch.arange(layers.spec.draft_vocab_size)
+    """Target id -> draft id, IGNORE for ids the drafter's head lacks (on the layers' device)."""
+    device = device_of(layers)
+    index = torch.full((layers.spec.layers.vocab_size,), IGNORE, dtype=torch.long, device=device)
+    draft_ids = torch.arange(layers.spec.draft_vocab_size, device=device)
+    index[layers.target_ids(draft_ids)] = draft_ids
     return index
 
 
@@ -55,16 +87,20 @@ def unrolled(layers: Eagle3Layers, embed: torch.nn.Module, sample: Sample, index
     to that step, and the number of positions that count (step 0's labels)."""
     layer = layers.layers[0]
     attn = layer.self_attn
+    device, embed_device = device_of(layers), device_of(embed)
     T = len(sample) - 1  # entries j = 0 .. T-1 (the last position has no next token)
-    tokens, labels = sample.tokens, sample.labels
+    tokens, labels = sample.tokens.to(device), sample.labels.to(device)
+    top_ids = sample.top_ids.to(device) if sample.top_ids is not None else None
+    top_probs = sample.top_probs.to(device) if sample.top_probs is not None else None
     H, KVH, D = attn.heads, attn.kv_heads, attn.head_dim
     group = H // KVH
     scale = D ** -0.5
-    base = torch.arange(T)
-    hidden = layers.combine(sample.aux[:T].float())
+    base = torch.arange(T, device=device)
+    inv_freq = layers.inv_freq.to(device)
+    hidden = layers.combine(sample.aux[:T].to(device).float())
     keys, values = [], []
-    loss = torch.zeros(())
-    still_right = torch.ones(T, dtype=torch.bool)
+    loss = torch.zeros((), device=device)
+    still_right = torch.ones(T, dtype=torch.bool, device=device)
     runs = torch.zeros(steps, dtype=torch.long)
     counted = 0
     for s in range(steps):
@@ -73,9 +109,9 @@ def unrolled(layers: Eagle3Layers, embed: torch.nn.Module, sample: Sample, index
         token = tokens[(base + 1 + s).clamp(max=T)]
         label = torch.where(valid, index[labels[(base + 1 + s).clamp(max=T)]], torch.full_like(base, IGNORE))
         with torch.no_grad():  # the target's table: never trained
-            embeds = embed(token).float()
+            embeds = embed(token.to(embed_device)).float().to(device)
         positions = (base + s).float()
-        freqs = positions[:, None] * layers.inv_freq[None, :]
+        freqs = positions[:, None] * inv_freq[None, :]
         angles = torch.cat((freqs, freqs), dim=-1)
         cos = (angles.cos() * layers.rope_scale)[:, None, :]
         sin = (angles.sin() * layers.rope_scale)[:, None, :]
@@ -100,9 +136,9 @@ def unrolled(layers: Eagle3Layers, embed: torch.nn.Module, sample: Sample, index
         residual = residual + attn.o_proj(out.reshape(T, H * D)).float()
         hidden = residual + layer.mlp(layer.post_attention_layernorm(residual)).float()
         logits = layers.lm_head(layers.norm(hidden)).float()
-        if sample.top_ids is not None:
-            soft = soft_cross_entropy(logits, index, sample.top_ids[(base + 1 + s).clamp(max=T)],
-                                      sample.top_probs[(base + 1 + s).clamp(max=T)], valid)
+        if top_ids is not None:
+            soft = soft_cross_entropy(logits, index, top_ids[(base + 1 + s).clamp(max=T)],
+                                      top_probs[(base + 1 + s).clamp(max=T)], valid)
             if soft is not None:
                 loss = loss + decay ** s * soft
         elif (label != IGNORE).any():

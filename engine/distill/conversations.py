@@ -1,0 +1,148 @@
+"""The person's saved conversations as prompts the target answers for a drafter's data: opt-in
+(`tandem distill --conversations`, the app's "also learn from my conversations"), and nothing
+leaves the machine.
+
+Each message the person sent, with the conversation before it, is a prompt: the target writes
+its own reply to it, so the drafter learns the replies of this person's own use (their language,
+their code, their files) beside the shipped prompts'. Newest conversations first, and their turns
+taken in rounds (the newest turn of each, then the one before it, ...), so a limit spreads over
+many conversations rather than spending itself on the first long one. A prompt over the token
+limit loses its oldest turns (a system prompt stays); one whose last turn alone is over it is
+skipped.
+
+The files are the app's conversation store (one JSON file a conversation: "messages" with each
+turn's "role", "content" and attached files, "system_prompt", "updated"); the app hands over the
+conversations it has loaded and validated instead. Read here defensively, since a folder can hold
+anything: only regular files up to MAX_FILE_BYTES, and a file that is not a conversation is
+skipped and counted, never fatal.
+"""
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from engine.session.saved_turns import model_turn
+
+#: A conversation file larger than this is skipped: far more than a context window of text.
+MAX_FILE_BYTES = 64 * 2**20
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class SavedConversations:
+    """What a folder held: each conversation's messages as the model reads them, newest first."""
+
+    conversations: tuple[list[dict], ...]
+    #: Files that were not conversations (unreadable, too large, not the store's form).
+    skipped: int = 0
+
+
+def read_folder(folder: Path) -> SavedConversations:
+    """The conversations saved in ``folder`` (the app's store), newest first."""
+    found: list[tuple[float, list[dict]]] = []
+    skipped = 0
+    for path in sorted(Path(folder).glob("*.json")):
+        if path.name.startswith("."):
+            continue  # a save in progress
+        try:
+            info = path.lstat()
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
+                raise ValueError("not a regular file of a conversation's size")
+            raw = json.loads(path.read_text(encoding="utf-8"))
+            found.append((float(raw.get("updated", 0.0)), model_messages(raw)))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            skipped += 1
+    found.sort(key=lambda item: item[0], reverse=True)
+    return SavedConversations(tuple(messages for _, messages in found), skipped)
+
+
+def model_messages(raw: dict) -> list[dict]:
+    """A saved conversation ({"messages": [...], "system_prompt": str}) as the chat template's
+    messages; ValueError (or TypeError, KeyError) when it is not one."""
+    messages = raw["messages"]
+    if not isinstance(messages, list):
+        raise ValueError("messages is not a list")
+    for m in messages:
+        if m["role"] not in ROLES or not isinstance(m["content"], str):
+            raise ValueError("a message without a known role and text")
+        for a in m.get("attachments") or ():
+            if not (isinstance(a["name"], str) and isinstance(a["text"], str)):
+                raise ValueError("an attachment without a name and text")
+    system = raw.get("system_prompt") or ""
+    if not isinstance(system, str):
+        raise ValueError("system_prompt is not text")
+    return ([{"role": "system", "content": system}] if system.strip() else []) + [model_turn(m) for m in messages]
+
+
+def turn_prompts(conversations: Iterable[list[dict]], limit: int) -> list[list[dict]]:
+    """Up to ``limit`` prompts (0: all): each message the person sent (or a tool's result the
+    model went on from) with what came before it; from the conversations in the order given, in
+    rounds of the newest turn not yet taken of each."""
+    per_conversation = []
+    for messages in conversations:
+        ends = [i for i, m in enumerate(messages) if m["role"] in ("user", "tool")
+                and (i + 1 == len(messages) or messages[i + 1]["role"] == "assistant")]
+        per_conversation.append([messages[: i + 1] for i in reversed(ends)])
+    prompts: list[list[dict]] = []
+    for round_ in range(max((len(p) for p in per_conversation), default=0)):
+        for turns in per_conversation:
+            if round_ < len(turns):
+                prompts.append(turns[round_])
+                if limit and len(prompts) == limit:
+                    return prompts
+    return prompts
+
+
+def encode_within(encode: Callable[[list[dict]], list[int]], messages: list[dict], max_tokens: int) -> list[int] | None:
+    """The prompt's ids through ``encode`` (the chat template), its oldest turns dropped until it
+    is at most ``max_tokens`` (a system prompt stays, and so does the last turn); None when the
+    last turn alone is over, or the template refuses it."""
+    system = messages[:1] if messages and messages[0]["role"] == "system" else []
+    turns = messages[len(system):]
+    from jinja2.exceptions import TemplateError
+
+    while turns:
+        try:
+            ids = encode(system + turns)
+        except (ValueError, TypeError, KeyError, TemplateError):  # the template's refusal (an odd saved turn)
+            return None
+        if len(ids) <= max_tokens:
+            return ids
+        turns = turns[1:]
+        while turns and turns[0]["role"] != "user":  # start on a turn the person sent
+            turns = turns[1:]
+    return None
+
+
+def conversation_prompts(conversations: Iterable[list[dict]], encode: Callable[[list[dict]], list[int]],
+                         limit: int, max_tokens: int) -> tuple[list[list[int]], int]:
+    """(the encoded prompts, how many turns were skipped as too long) of ``turn_prompts``."""
+    out, skipped = [], 0
+    for prompt in turn_prompts(conversations, 0):
+        ids = encode_within(encode, prompt, max_tokens)
+        if ids is None:
+            skipped += 1
+            continue
+        out.append(ids)
+        if limit and len(out) == limit:
+            break
+    return out, skipped
+
+
+def prompt_limit(model_config, wanted: int, reply_tokens: int) -> int:
+    """Tokens a saved chat's prompt may have: ``wanted``, and room left for the reply in the
+    model's context window (where its config says)."""
+    window = getattr(model_config.get_text_config(), "max_position_embeddings", None)
+    return min(wanted, window - reply_tokens) if window else wanted
+
+
+def interleave(first: list, second: list) -> list:
+    """The two lists' items taken in turn (what is left of the longer one after), so a data time
+    limit leaves some of each."""
+    out = []
+    for i in range(max(len(first), len(second))):
+        out += first[i : i + 1] + second[i : i + 1]
+    return out
