@@ -30,20 +30,33 @@ def _eta(seconds: float | None) -> str:
     return f"about {seconds / 60:.0f} min left · " if seconds is not None and seconds >= 60 else ""
 
 
-def train_drafter(target_path: str, minutes: float, out: str, reply_tokens: int = 160, limit: int = 0):
+#: Messages of saved chats answered at most, and a prompt's length (as `tandem distill`'s defaults).
+CONVERSATION_TURNS = 64
+PROMPT_TOKENS = 2048
+
+
+def train_drafter(target_path: str, minutes: float, out: str, reply_tokens: int = 160, limit: int = 0,
+                  conversations: tuple[list[dict], ...] = (), conversation_turns: int = CONVERSATION_TURNS):
     """``minutes`` of training for the loaded model (from ``target_path``) after the data (its
-    own replies to the shipped prompts, ``limit`` of them, 0: all), saved in ``out``; a run
-    stopped earlier resumes from there."""
+    own replies to the shipped prompts, ``limit`` of them, 0: all; and to up to
+    ``conversation_turns`` messages of ``conversations``, the person's saved chats as the model
+    reads them, newest first, where they opted in), saved in ``out``; a run stopped earlier
+    resumes from there."""
 
     def run(ctx) -> None:
         from engine.bench.prompt_sets import read_prompts, select_prompts
         from engine.cli.distill import DEFAULT_PROMPTS
+        from engine.distill.conversations import conversation_prompts, interleave, prompt_limit
         from engine.distill.distill import DistillSettings, distill
 
         session = ctx.state.session
         if session is None:
             raise ValueError("no model is loaded yet: load the model to train a drafter for")
         prompts = [session.encode(p["prompt"]) for p in select_prompts(read_prompts(DEFAULT_PROMPTS), None, limit)]
+        if conversations:
+            longest = prompt_limit(session.target.model.config, PROMPT_TOKENS, reply_tokens)
+            own, _ = conversation_prompts(conversations, session.encode, conversation_turns, longest)
+            prompts = interleave(own, prompts)
         settings = DistillSettings(minutes=minutes, reply_tokens=reply_tokens)
         ended = None
         with holding(ctx.state.generation_lock, ctx.cancelled) as held:  # the server may be decoding

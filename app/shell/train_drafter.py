@@ -1,6 +1,6 @@
 """Model > "Train a drafter for this model…": an EAGLE-3 drafter trained here for the loaded model,
-on its own replies to the shipped prompts (engine.distill, through app.bridge.distill_jobs), as
-`tandem distill` does.
+on its own replies to the shipped prompts and, if the person ticks the box, to the messages of
+their saved chats (engine.distill, through app.bridge.distill_jobs), as `tandem distill` does.
 
 The dialog says what it will do and how long it expects it to take; the training runs as the
 window's job (the status strip shows its phase, progress and time left, and its Cancel stops it
@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
@@ -23,7 +24,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from app.bridge.distill_jobs import default_drafter_folder, train_drafter
+from app.bridge.distill_jobs import CONVERSATION_TURNS, default_drafter_folder, train_drafter
 from app.bridge.messages import DrafterTrained
 
 DEFAULT_MINUTES = 20.0
@@ -45,11 +46,18 @@ def expected_minutes(train_minutes: float, prompts: int, reply_tokens: int, deco
     return prompts * reply_tokens / decode_tok_s / 60 + train_minutes
 
 
+def sent_messages(conversations) -> int:
+    """Messages the person sent across ``conversations`` (app.store.conversations.Conversation)."""
+    return sum(1 for c in conversations for m in c.messages if m["role"] == "user")
+
+
 class TrainDrafterDialog(QDialog):
-    def __init__(self, parent, model_name: str, out: Path, decode_tok_s: float | None) -> None:
+    def __init__(self, parent, model_name: str, out: Path, decode_tok_s: float | None, chats: int = 0,
+                 chat_messages: int = 0) -> None:
         super().__init__(parent)
         self.setWindowTitle("Train a drafter for this model")
         self.prompts, self.decode_tok_s = prompt_count(), decode_tok_s
+        self.chat_turns = min(chat_messages, CONVERSATION_TURNS)
         intro = QLabel(
             f"Tandem can train an EAGLE-3 drafter for <b>{model_name}</b> on this machine: a small layer that reads "
             f"the model's own hidden states and learns to guess its next tokens. The model first writes replies to "
@@ -67,8 +75,16 @@ class TrainDrafterDialog(QDialog):
         where = QLabel(f"Saved in {out}" + (" (an earlier run there is resumed)" if (out / "training").is_dir() else ""))
         where.setWordWrap(True)
         where.setStyleSheet("color: #555;")
+        # Opt-in, off by default: the chats are the person's own words and files.
+        more = f"the newest {self.chat_turns} of your {chat_messages}" if chat_messages > self.chat_turns else f"your {chat_messages}"
+        self.use_chats = QCheckBox(f"Also learn from my saved chats ({chats} conversation{'s' if chats != 1 else ''}: "
+                                   f"the model answers {more} messages)")
+        self.use_chats.setEnabled(chat_messages > 0)
+        self.use_chats.setToolTip("Makes the drafter better at what you actually ask. Your chats are read on this "
+                                  "machine only; what is made from them stays in the drafter's training folder.")
         form = QFormLayout()
         form.addRow("Training time", self.minutes)
+        form.addRow("", self.use_chats)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.start_button = buttons.addButton("Start training", QDialogButtonBox.ButtonRole.AcceptRole)
         buttons.accepted.connect(self.accept)
@@ -81,12 +97,14 @@ class TrainDrafterDialog(QDialog):
         col.addWidget(where)
         col.addWidget(buttons)
         self.minutes.valueChanged.connect(self._show_expected)
+        self.use_chats.toggled.connect(self._show_expected)
         self._show_expected()
         self.resize(560, self.sizeHint().height())
 
     def _show_expected(self) -> None:
-        total = expected_minutes(self.minutes.value(), self.prompts, REPLY_TOKENS, self.decode_tok_s)
-        data = self.prompts * REPLY_TOKENS
+        prompts = self.prompts + (self.chat_turns if self.use_chats.isChecked() else 0)
+        total = expected_minutes(self.minutes.value(), prompts, REPLY_TOKENS, self.decode_tok_s)
+        data = prompts * REPLY_TOKENS
         if total is None:
             self.expected.setText(f"Writing the {data:,} tokens of replies takes what the model needs to decode them here "
                                   f"(the status bar shows the time left once it starts), then {self.minutes.value():.0f} min "
@@ -144,17 +162,23 @@ def ask_and_train(window) -> None:
     if loaded is None:
         return
     out = default_drafter_folder(loaded.target_path)
-    dialog = TrainDrafterDialog(window, loaded.target, out, _plain_rate(window))
+    chats = [c for c in window.chat.conversations if c.messages]
+    dialog = TrainDrafterDialog(window, loaded.target, out, _plain_rate(window), len(chats), sent_messages(chats))
     if dialog.exec() == QDialog.DialogCode.Accepted:
-        start(window, dialog.minutes.value())
+        start(window, dialog.minutes.value(), with_chats=dialog.use_chats.isChecked())
 
 
-def start(window, minutes: float, limit: int = 0, reply_tokens: int = REPLY_TOKENS, out: Path | None = None) -> bool:
-    """Train for the loaded model (``limit`` prompts, 0: all); False when the window is busy."""
+def start(window, minutes: float, limit: int = 0, reply_tokens: int = REPLY_TOKENS, out: Path | None = None,
+          with_chats: bool = False, chat_turns: int = CONVERSATION_TURNS) -> bool:
+    """Train for the loaded model (``limit`` prompts, 0: all; and up to ``chat_turns`` messages of
+    the saved chats, newest first, when ``with_chats``); False when the window is busy."""
     loaded = window.loaded
     out = out or default_drafter_folder(loaded.target_path)
+    # The chats as the model reads them, taken now on the GUI thread (the list the chat shows).
+    chats = tuple(c.chat_messages() for c in window.chat.conversations if c.messages) if with_chats else ()
     window.trained_notice.hide()
-    return window._submit("distill", train_drafter(loaded.target_path, minutes, str(out), reply_tokens, limit))
+    return window._submit("distill", train_drafter(loaded.target_path, minutes, str(out), reply_tokens, limit, chats,
+                                                   chat_turns))
 
 
 def on_trained(window, trained: DrafterTrained) -> None:
