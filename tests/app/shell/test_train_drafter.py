@@ -25,6 +25,44 @@ def test_the_dialog_says_what_it_does_and_how_long_it_expects(qtbot, tmp_path):
     assert "the status bar shows the time left" in unmeasured.expected.text()
 
 
+def test_the_saved_chats_are_offered_off_by_default_and_counted_when_ticked(qtbot, tmp_path):
+    none = TrainDrafterDialog(None, "tiny-target", tmp_path / "out", decode_tok_s=20.0)
+    qtbot.addWidget(none)
+    assert not none.use_chats.isEnabled() and not none.use_chats.isChecked()
+    dialog = TrainDrafterDialog(None, "tiny-target", tmp_path / "out", decode_tok_s=20.0, chats=3, chat_messages=5)
+    qtbot.addWidget(dialog)
+    assert dialog.use_chats.isEnabled() and not dialog.use_chats.isChecked()  # opt-in
+    assert "3 conversations" in dialog.use_chats.text()
+    without = dialog.expected.text()
+    dialog.use_chats.setChecked(True)
+    assert dialog.expected.text() != without
+    assert f"{(prompt_count() + 5) * REPLY_TOKENS:,} tokens of replies" in dialog.expected.text()
+
+
+def test_training_with_the_saved_chats_answers_their_messages(qtbot, make_window, tiny_dirs, tmp_path):
+    from transformers import AutoTokenizer
+
+    from app.store.conversations import Conversation
+    from engine.distill.distill import read_data
+
+    window = make_window()
+    chat = Conversation(messages=[{"role": "user", "content": "def add(a, b):"}, {"role": "assistant", "content": "return a"},
+                                  {"role": "user", "content": "for i in range(10):"}])
+    window.chat.conversations.insert(0, chat)
+    out = tmp_path / "with-chats"
+    assert train_drafter.start(window, minutes=0.02, limit=4, reply_tokens=16, out=out, with_chats=True)
+    wait_idle(qtbot, window)
+    assert window.last_trained.saved, window.last_trained.message
+    data = read_data(out / "training")
+    assert len(data) == 4 + 2  # the shipped prompts and the two messages sent
+    tokenizer = AutoTokenizer.from_pretrained(tiny_dirs[0])
+    # The newest message with the conversation before it first, the shipped prompts between.
+    for n, sample in zip((3, 1), (data[0], data[2])):
+        prompt = tokenizer.apply_chat_template(chat.chat_messages()[:n], add_generation_prompt=True, tokenize=True,
+                                               return_dict=True)["input_ids"]
+        assert sample.tokens[: sample.first].tolist() == list(prompt) and len(sample) > sample.first
+
+
 def test_train_then_load_the_model_with_it_and_race_it(qtbot, make_window, tmp_path):
     window = make_window()
     assert window.train_drafter_action.isEnabled()
