@@ -183,7 +183,6 @@ def test_training_on_the_gpu_scores_as_on_the_cpu_and_raises_acceptance(target, 
 
     from engine.distill import new_drafter
     from engine.drafters.eagle3 import load_eagle3_drafter
-    from engine.models.planning.speculators_config import default_aux_layers  # noqa: F401 (the loader's own import)
 
     tokens = tokenizer(" ".join(WORDS * 3))["input_ids"]
     sample = teacher.teach(ModelRunner(target), tokens, (0, 1, 2), 4, top_k=4, kind="reply")
