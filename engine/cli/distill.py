@@ -36,6 +36,8 @@ def run(args) -> int:
         raise InvalidRequest(f"--text: no such file or folder: {', '.join(missing)}")
     if args.top_k < 0:
         raise InvalidRequest(f"--top-k must be 0 or more, not {args.top_k}")
+    if args.sampled_replies < 0:
+        raise InvalidRequest(f"--sampled-replies must be 0 or more, not {args.sampled_replies}")
     if args.windows_per_file < 1:
         raise InvalidRequest(f"--windows-per-file must be at least 1, not {args.windows_per_file}")
     if args.data_minutes is not None and args.data_minutes <= 0:
@@ -64,7 +66,7 @@ def run(args) -> int:
     settings = DistillSettings(minutes=args.minutes, reply_tokens=args.reply_tokens, draft_vocab=args.head_tokens,
                                inner=args.inner, text_files=texts, text_tokens=args.text_tokens, seed=args.seed,
                                top_k=args.top_k, windows_per_file=args.windows_per_file, data_minutes=args.data_minutes,
-                               device=str(device))
+                               device=str(device), sampled_replies=args.sampled_replies)
     encoded = [session.encode(p["prompt"]) for p in prompts]
     if saved is not None:
         limit = prompt_limit(session.target.model.config, args.prompt_tokens, args.reply_tokens)
@@ -108,6 +110,9 @@ def add_parser(sub) -> None:
     p.add_argument("--category", action="append", help="only prompts of this category (repeatable)")
     p.add_argument("--limit", type=int, default=0, help="at most this many prompts (0: all)")
     p.add_argument("--reply-tokens", type=int, default=160, help="tokens of each reply the target writes")
+    p.add_argument("--sampled-replies", type=int, default=0,
+                   help="replies sampled (temperature 0.7) to each prompt besides its greedy one: more data from the "
+                        "same prompts, made after all the greedy ones")
     p.add_argument("--conversations", nargs="?", const=str(data_dir() / "conversations"), default=None, metavar="FOLDER",
                    help="also answer the messages of your saved chats (the app's, or FOLDER's): opt-in, nothing "
                         "leaves this machine")

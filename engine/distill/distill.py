@@ -26,6 +26,8 @@ from engine.distill.teacher import Sample
 from engine.models.planning.speculators_config import default_aux_layers
 
 STATE = "state.pt"
+#: The temperature of sampled replies: the chat's default, where the target's replies vary and stay on topic.
+SAMPLED_TEMPERATURE = 0.7
 #: Written when the data is complete: the shards it is made of, in order. (Runs before shards
 #: wrote the whole data once more as one file, ``LEGACY_DATA``; it is still read.)
 DATA_DONE = "data.json"
@@ -59,6 +61,9 @@ class DistillSettings:
     windows_per_file: int = 2
     #: The share of the target's replies held out to score the drafter (texts are all trained on).
     heldout_share: float = 0.1
+    #: Replies sampled (temperature SAMPLED_TEMPERATURE, seeded) to each prompt besides its greedy
+    #: one: more of the target's ways of answering from the same prompts, made after every greedy one.
+    sampled_replies: int = 0
     #: Stop making data after this long (None: make it all) and train on what was made.
     data_minutes: float | None = None
     #: Where the drafter trains: "auto" (a GPU where torch sees one, else the CPU), "cpu", "cuda", "mps".
@@ -129,6 +134,7 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
     autocast = _bf16_matmuls(device)
     record = {"texts": len(samples), "tokens": sum(len(s) for s in samples), "data_seconds": round(state["data_seconds"], 1),
               "replies": sum(s.kind == "reply" for s in samples), "top_k": settings.top_k, "device": device.type,
+              "sampled_replies": settings.sampled_replies,
               "heldout_texts": held, "untrained_tokens_per_pass": round(state["untrained"], 3)}
 
     def finished() -> bool:
@@ -191,14 +197,22 @@ def distill(runner_factory: Callable[[], object], target_model, tokenizer, eos_i
 def split(samples: list[Sample], share: float, seed: int) -> tuple[list[Sample], list[Sample]]:
     """(held out, trained on): ``share`` of the target's own replies (at least one) are held out,
     so the held-out figure measures drafting in chat; every text file's window is trained on.
-    Without replies (or with one), a share of all samples. The trained ones are in a seeded
-    random order."""
+    Replies to the same prompt (a greedy one and sampled ones) are held out together, so the
+    figure is never of a prompt trained on. Without replies (or with one), a share of all
+    samples. The trained ones are in a seeded random order."""
     rng = random.Random(seed)
     order = list(range(len(samples)))
     rng.shuffle(order)
     replies = [i for i in order if samples[i].kind == "reply"]
     pool = replies if len(replies) >= 2 else order
-    held = set(pool[: max(1, int(len(pool) * share))])
+
+    def prompt_of(i: int):
+        s = samples[i]
+        return tuple(s.tokens[: s.first].tolist()) if s.kind == "reply" and s.first > 0 else i
+
+    groups = list(dict.fromkeys(prompt_of(i) for i in pool))  # in the shuffled order
+    held_groups = set(groups[: max(1, int(len(groups) * share))])
+    held = {i for i in pool if prompt_of(i) in held_groups}
     return [samples[i] for i in order if i in held], [samples[i] for i in order if i not in held]
 
 
@@ -232,13 +246,16 @@ def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path,
     aux = settings.aux_layers or default_aux_layers(target_model.config.get_text_config().num_hidden_layers)
     texts = list(teacher.text_windows(teacher.text_files(settings.text_files), tokenizer, limit_tokens=settings.text_tokens,
                                       per_file=settings.windows_per_file, seed=settings.seed))
+    # Every prompt's greedy reply first, then the rounds of sampled ones (each with its own seed).
+    asks = [(p, None) for p in prompts] + [(p, settings.seed * 7919 + r * 100_003 + i) for r in
+                                           range(1, settings.sampled_replies + 1) for i, p in enumerate(prompts)]
     shards = sorted(work.glob(SHARDS))
     samples: list[Sample] = [s for shard in shards for s in _read_samples(shard)]
     done = Counter(s.kind for s in samples)
     if samples:
-        yield DistillEvent("data", len(samples), len(prompts) + len(texts),
+        yield DistillEvent("data", len(samples), len(asks) + len(texts),
                            f"{done['reply']} replies and {done['text']} texts from an earlier run")
-    total = len(prompts) + len(texts)
+    total = len(asks) + len(texts)
     started_all = time.perf_counter()
     fresh: list[Sample] = []
     last_shard = time.perf_counter()
@@ -255,9 +272,11 @@ def _data(runner_factory, target_model, tokenizer, eos_ids, prompts, work: Path,
         return settings.data_minutes is not None and time.perf_counter() - started_all > settings.data_minutes * 60
 
     stopped = out_of_time_stop = False
-    replies = teacher.own_replies(runner_factory, prompts[done["reply"]:], tokenizer, eos_ids, settings.reply_tokens, cancel)
+    replies = teacher.own_replies(runner_factory, [p for p, _ in asks[done["reply"]:]], tokenizer, eos_ids,
+                                  settings.reply_tokens, cancel, seeds=[seed for _, seed in asks[done["reply"]:]],
+                                  temperature=SAMPLED_TEMPERATURE)
     sources = {"reply": replies, "text": iter(texts[done["text"]:])}
-    counts = {"reply": len(prompts), "text": len(texts)}
+    counts = {"reply": len(asks), "text": len(texts)}
     made, made_now, spent = Counter(done), Counter(), Counter()
     # Two kinds of work at two paces: a reply is written a token a pass, a text read in chunks.
     # They come interleaved in proportion (the kind furthest behind its share next), so a run

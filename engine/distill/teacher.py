@@ -78,18 +78,23 @@ def teach(runner: Runner, tokens: list[int], aux_layers: tuple[int, ...], first:
 
 
 def own_replies(runner_factory: Callable[[], Runner], prompts: Iterable[list[int]], tokenizer, eos_ids: set[int],
-                max_new_tokens: int, cancel: Callable[[], bool] = lambda: False) -> Iterator[tuple[list[int], int] | str]:
-    """(prompt + the target's greedy reply, the index of the first label a draft could give: the
+                max_new_tokens: int, cancel: Callable[[], bool] = lambda: False, seeds: Iterable[int | None] | None = None,
+                temperature: float = 0.7) -> Iterator[tuple[list[int], int] | str]:
+    """(prompt + the target's reply, the index of the first label a draft could give: the
     reply's second token, since the target chose its first at the prefill) for each
     prompt (plain decoding on a fresh runner); for a prompt the target refused (one longer than
-    its context window), why, so the caller can say so and go on."""
+    its context window), why, so the caller can say so and go on. The reply is greedy, or
+    sampled at ``temperature`` where ``seeds`` gives the prompt a seed."""
+    from itertools import repeat
+
     from engine.core.events import Failed, Finished
     from engine.decode.decoding import plain_decode
 
-    for prompt in prompts:
+    for prompt, seed in zip(prompts, repeat(None) if seeds is None else seeds):
         if cancel():
             return
-        settings = DecodeSettings(max_new_tokens=max_new_tokens)
+        settings = (DecodeSettings(max_new_tokens=max_new_tokens) if seed is None else
+                    DecodeSettings(mode="sample", temperature=temperature, seed=seed, max_new_tokens=max_new_tokens))
         for event in plain_decode(runner_factory(), tokenizer, prompt, settings, eos_ids, cancel):
             if isinstance(event, Finished):
                 yield list(prompt) + list(event.token_ids), len(prompt)

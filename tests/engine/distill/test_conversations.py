@@ -219,3 +219,32 @@ def test_training_on_the_gpu_scores_as_on_the_cpu_and_raises_acceptance(target, 
 def test_distill_refuses_bad_values_before_it_loads_a_model(args, message, capsys, tmp_path):
     code = cli_main(["distill", "--target", str(tmp_path / "missing.gguf"), *args])
     assert code != 0 and message in capsys.readouterr().err
+
+
+def test_sampled_replies_add_the_targets_other_answers_and_are_held_out_with_their_prompt(target, tokenizer, tmp_path):
+    import random
+
+    from engine.distill.distill import split
+
+    rng = random.Random(5)
+    prompts = [tokenizer(" ".join(rng.choice(WORDS) for _ in range(6)))["input_ids"] for _ in range(6)]
+    settings = DistillSettings(minutes=60.0, reply_tokens=16, draft_vocab=300, max_steps=10, aux_layers=(0, 1, 2),
+                               checkpoint_minutes=60.0, sampled_replies=2)
+    out = tmp_path / "drafter"
+    list(distill(lambda: ModelRunner(target), target, tokenizer, set(), "tiny-target", prompts, out, settings))
+    data = read_data(out / "training")
+    assert len(data) == 18 and all(d.kind == "reply" for d in data)
+    # Greedy replies to every prompt first, then two rounds of sampled ones, to the same prompts.
+    for n, sample in enumerate(data):
+        assert sample.tokens[: sample.first].tolist() == prompts[n % 6]
+    sampled = data[6:]
+    assert any(not torch.equal(s.tokens, data[n % 6].tokens) for n, s in enumerate(sampled))
+    first_round_seed = 100_003  # seed 0, round 1, prompt 0 (distill's seeds for sampled replies)
+    again = next(teacher.own_replies(lambda: ModelRunner(target), [prompts[0]], tokenizer, set(), 16, seeds=[first_round_seed]))
+    assert again[0] == sampled[0].tokens.tolist()  # seeded: the same reply again
+    record = json.loads((out / "config.json").read_text())["tandem_training"]
+    assert record["sampled_replies"] == 2 and record["replies"] == 18
+    held, trained = split(data, 0.2, seed=0)
+    held_prompts = {tuple(s.tokens[: s.first].tolist()) for s in held}
+    assert len(held_prompts) == 1 and len(held) == 3  # a prompt's three replies together
+    assert not any(tuple(s.tokens[: s.first].tolist()) in held_prompts for s in trained)
