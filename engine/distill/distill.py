@@ -198,8 +198,8 @@ def split(samples: list[Sample], share: float, seed: int) -> tuple[list[Sample],
     """(held out, trained on): ``share`` of the target's own replies (at least one) are held out,
     so the held-out figure measures drafting in chat; every text file's window is trained on.
     Replies to the same prompt (a greedy one and sampled ones) are held out together, so the
-    figure is never of a prompt trained on. Without replies (or with one), a share of all
-    samples. The trained ones are in a seeded random order."""
+    figure is never of a prompt trained on, and only the greedy one is scored. Without replies
+    (or with one), a share of all samples. The trained ones are in a seeded random order."""
     rng = random.Random(seed)
     order = list(range(len(samples)))
     rng.shuffle(order)
@@ -212,8 +212,14 @@ def split(samples: list[Sample], share: float, seed: int) -> tuple[list[Sample],
 
     groups = list(dict.fromkeys(prompt_of(i) for i in pool))  # in the shuffled order
     held_groups = set(groups[: max(1, int(len(groups) * share))])
-    held = {i for i in pool if prompt_of(i) in held_groups}
-    return [samples[i] for i in order if i in held], [samples[i] for i in order if i not in held]
+    apart = {i for i in pool if prompt_of(i) in held_groups}
+    # Of a held-out prompt's replies the first made (its greedy one) is scored, so the figure
+    # means the same with sampled replies or without; the others are not trained on either.
+    first_made = {}
+    for i in sorted(apart):
+        first_made.setdefault(prompt_of(i), i)
+    held = set(first_made.values())
+    return [samples[i] for i in order if i in held], [samples[i] for i in order if i not in apart]
 
 
 def _step_estimate(state: dict) -> float:

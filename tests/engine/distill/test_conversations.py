@@ -246,5 +246,7 @@ def test_sampled_replies_add_the_targets_other_answers_and_are_held_out_with_the
     assert record["sampled_replies"] == 2 and record["replies"] == 18
     held, trained = split(data, 0.2, seed=0)
     held_prompts = {tuple(s.tokens[: s.first].tolist()) for s in held}
-    assert len(held_prompts) == 1 and len(held) == 3  # a prompt's three replies together
+    # A prompt's three replies apart together; its greedy one scored, the sampled two unused.
+    assert len(held_prompts) == 1 and len(held) == 1 and len(trained) == 15
+    assert any(held[0] is g for g in data[:6])
     assert not any(tuple(s.tokens[: s.first].tolist()) in held_prompts for s in trained)
