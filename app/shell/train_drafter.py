@@ -174,8 +174,9 @@ def start(window, minutes: float, limit: int = 0, reply_tokens: int = REPLY_TOKE
     the saved chats, newest first, when ``with_chats``); False when the window is busy."""
     loaded = window.loaded
     out = out or default_drafter_folder(loaded.target_path)
-    # The chats as the model reads them, taken now on the GUI thread (the list the chat shows).
-    chats = tuple(c.chat_messages() for c in window.chat.conversations if c.messages) if with_chats else ()
+    # The chats as the model reads them, taken now on the GUI thread, the last one written to first.
+    recent = sorted((c for c in window.chat.conversations if c.messages), key=lambda c: c.updated, reverse=True)
+    chats = tuple(c.chat_messages() for c in recent) if with_chats else ()
     window.trained_notice.hide()
     return window._submit("distill", train_drafter(loaded.target_path, minutes, str(out), reply_tokens, limit, chats,
                                                    chat_turns))
