@@ -72,7 +72,7 @@ def run(args) -> int:
         limit = prompt_limit(session.target.model.config, args.prompt_tokens, args.reply_tokens)
         own, too_long = conversation_prompts(saved.conversations, session.encode, args.conversation_turns, limit)
         print(f"{len(own)} prompts from {len(saved.conversations)} saved conversation(s) in {args.conversations}"
-              + (f"; {too_long} turn(s) over {limit} tokens left out" if too_long else "")
+              + (f"; {too_long} left out (over {limit} tokens, or nothing the chat template takes)" if too_long else "")
               + (f"; {saved.skipped} file(s) there were not conversations" if saved.skipped else ""), file=sys.stderr)
         encoded = interleave(own, encoded)
     print(f"distilling an EAGLE-3 drafter for {session.target.name} into {out}: {len(encoded)} prompts"

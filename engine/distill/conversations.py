@@ -119,7 +119,8 @@ def encode_within(encode: Callable[[list[dict]], list[int]], messages: list[dict
 
 def conversation_prompts(conversations: Iterable[list[dict]], encode: Callable[[list[dict]], list[int]],
                          limit: int, max_tokens: int) -> tuple[list[list[int]], int]:
-    """(the encoded prompts, how many turns were skipped as too long) of ``turn_prompts``."""
+    """(the encoded prompts, how many were left out: too long, or refused by the template) of
+    ``turn_prompts``."""
     out, skipped = [], 0
     for prompt in turn_prompts(conversations, 0):
         ids = encode_within(encode, prompt, max_tokens)
