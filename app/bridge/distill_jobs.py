@@ -6,6 +6,7 @@ from pathlib import Path
 
 from app.bridge.messages import DrafterTrained, Progress
 from app.bridge.shared_engine import holding
+from engine.distill.conversations import CONVERSATION_TURNS, PROMPT_TOKENS  # torch-free: `tandem distill`'s defaults
 
 # The status strip's words for the engine's phases.
 _STAGES = {"data": "Writing replies to learn from", "train": "Training the drafter", "saved": "Training the drafter"}
@@ -28,11 +29,6 @@ def _progress(event) -> Progress:
 
 def _eta(seconds: float | None) -> str:
     return f"about {seconds / 60:.0f} min left · " if seconds is not None and seconds >= 60 else ""
-
-
-#: Messages of saved chats answered at most, and a prompt's length (as `tandem distill`'s defaults).
-CONVERSATION_TURNS = 64
-PROMPT_TOKENS = 2048
 
 
 def train_drafter(target_path: str, minutes: float, out: str, reply_tokens: int = 160, limit: int = 0,

@@ -97,6 +97,7 @@ def run(args) -> int:
 def add_parser(sub) -> None:
     from engine.cli.common import model_options
     from engine.core.paths import data_dir
+    from engine.distill.conversations import CONVERSATION_TURNS, PROMPT_TOKENS
 
     p = sub.add_parser("distill", help="train an EAGLE-3 drafter for the target here (its own replies, your files)")
     model_options(p)
@@ -116,9 +117,9 @@ def add_parser(sub) -> None:
     p.add_argument("--conversations", nargs="?", const=str(data_dir() / "conversations"), default=None, metavar="FOLDER",
                    help="also answer the messages of your saved chats (the app's, or FOLDER's): opt-in, nothing "
                         "leaves this machine")
-    p.add_argument("--conversation-turns", type=int, default=64,
+    p.add_argument("--conversation-turns", type=int, default=CONVERSATION_TURNS,
                    help="at most this many messages of saved chats (newest conversations first; 0: all)")
-    p.add_argument("--prompt-tokens", type=int, default=2048,
+    p.add_argument("--prompt-tokens", type=int, default=PROMPT_TOKENS,
                    help="a saved chat's prompt longer than this loses its oldest turns")
     p.add_argument("--text", action="append", help="a text or code file read teacher-forced, or a folder: its text "
                                                   "and code files (repeatable)")

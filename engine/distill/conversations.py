@@ -26,6 +26,10 @@ from pathlib import Path
 
 from engine.session.saved_turns import model_turn
 
+#: Messages of saved chats answered at most, and a prompt's length at most (`tandem distill`'s
+#: and the app's defaults).
+CONVERSATION_TURNS = 64
+PROMPT_TOKENS = 2048
 #: A conversation file larger than this is skipped: far more than a context window of text.
 MAX_FILE_BYTES = 64 * 2**20
 ROLES = ("system", "user", "assistant", "tool")

@@ -210,14 +210,15 @@ def split(samples: list[Sample], share: float, seed: int) -> tuple[list[Sample],
         s = samples[i]
         return tuple(s.tokens[: s.first].tolist()) if s.kind == "reply" and s.first > 0 else i
 
-    groups = list(dict.fromkeys(prompt_of(i) for i in pool))  # in the shuffled order
+    prompt = {i: prompt_of(i) for i in pool}  # each computed once
+    groups = list(dict.fromkeys(prompt[i] for i in pool))  # in the shuffled order
     held_groups = set(groups[: max(1, int(len(groups) * share))])
-    apart = {i for i in pool if prompt_of(i) in held_groups}
+    apart = {i for i in pool if prompt[i] in held_groups}
     # Of a held-out prompt's replies the first made (its greedy one) is scored, so the figure
     # means the same with sampled replies or without; the others are not trained on either.
     first_made = {}
     for i in sorted(apart):
-        first_made.setdefault(prompt_of(i), i)
+        first_made.setdefault(prompt[i], i)
     held = set(first_made.values())
     return [samples[i] for i in order if i in held], [samples[i] for i in order if i not in apart]
 

@@ -47,21 +47,18 @@ class Scores:
 
 
 def training_device(wanted: str = "auto") -> torch.device:
-    """Where the drafter trains: ``auto`` is a CUDA GPU where torch sees one, else Apple's MPS,
-    else the CPU; a device named but not there is refused with the reason."""
-    if wanted == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    device = torch.device(wanted)
+    """Where the drafter trains: as the model is placed (engine.models.loading.placement:
+    ``auto`` is a CUDA GPU, else Apple's MPS, else the CPU); a device named but not there is
+    refused with the reason."""
+    from engine.models.loading.placement import pick_device
+
+    if wanted != "auto" and torch.device(wanted).type not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"cannot train on {wanted!r}: choose auto, cpu, cuda or mps")
+    device = pick_device(wanted)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("no CUDA GPU is visible to torch here: train on the CPU (--train-device cpu)")
     if device.type == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
         raise ValueError("Apple's MPS is not available here: train on the CPU (--train-device cpu)")
-    if device.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"cannot train on {wanted!r}: choose auto, cpu, cuda or mps")
     return device
 
 
