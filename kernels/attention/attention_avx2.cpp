@@ -74,14 +74,8 @@ torch::Tensor causal_attention(torch::Tensor query, torch::Tensor key, torch::Te
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("causal_attention", &causal_attention, "batch-invariant causal attention for new rows against a KV cache",
         py::call_guard<py::gil_scoped_release>());
-  m.def("attention_isa",
-        []() {
-          return std::string(tandem_attention::amx_enabled() ? "amx_bf16"
-                                                             : tandem_avx2::tile_set_name(tandem_attention::avx512_enabled()));
-        },
-        "which partials run: amx_bf16 (AMX tiles for fp16 caches, 16 lanes otherwise), avx512_vnni (16 lanes) or avx2 (8)");
+  m.def("attention_isa", []() { return std::string(tandem_avx2::tile_set_name(tandem_attention::avx512_enabled())); },
+        "which partials run: avx512_vnni (16 lanes) or avx2 (8)");
   m.def("attention_allow_avx512", [](bool on) { tandem_attention::avx512_enabled() = on; },
         "allow the 16-lane partials where the CPU has AVX-512 (tests compare both on one machine)");
-  m.def("attention_allow_amx", [](bool on) { tandem_attention_amx::amx_enabled() = on; },
-        "allow the AMX-BF16 tiles for fp16 caches where the CPU has them (tests compare them with the others)");
 }

@@ -11,11 +11,9 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <type_traits>
 #include <vector>
 
 #include "avx2_common.h"
-#include "attention_amx.h"
 
 namespace tandem_attention {
 
@@ -239,130 +237,9 @@ inline void chunk_partials_any(int nq, const QT* const* qs, const KT* kh, const 
   else chunk_partials<1>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l);
 }
 
-// A query's next chunk partial (m, l, a) merged into its running (M, Lsum, acc), chunks in order.
-inline void merge_chunk(bool first, float m, float l, const float* a, int64_t D, float& M, float& Lsum, float* acc) {
-  if (first) {
-    M = m, Lsum = l;
-    for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(acc + d, _mm256_loadu_ps(a + d));
-    return;
-  }
-  const float Mn = std::max(M, m);
-  const float ea = std::exp(M - Mn), eb = std::exp(m - Mn);
-  Lsum = Lsum * ea + l * eb;
-  const __m256 va = _mm256_set1_ps(ea), vb = _mm256_set1_ps(eb);
-  for (int64_t d = 0; d < D; d += 8) {
-    const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(acc + d), va);
-    _mm256_storeu_ps(acc + d, _mm256_fmadd_ps(_mm256_loadu_ps(a + d), vb, x));
-  }
-  M = Mn;
-}
-
-// A query's merged output, normalized, in the query's dtype.
-template <typename QT>
-inline void write_row(const float* acc, float Lsum, int64_t D, QT* o) {
-  const __m256 inv = _mm256_set1_ps(1.0f / Lsum);
-  for (int64_t d = 0; d < D; d += 8) {
-    alignas(32) float tmp[8];
-    _mm256_store_ps(tmp, _mm256_mul_ps(_mm256_loadu_ps(acc + d), inv));
-    for (int c = 0; c < 8; ++c) o[d + c] = static_cast<QT>(tmp[c]);
-  }
-}
-
-// Whether an fp16 cache's partials run on the AMX-BF16 tiles (attention_amx.h): where the CPU
-// has them, the 16-lane partials are allowed (the tiles use AVX-512 around them), TANDEM_AMX does
-// not turn them off, and head_dim is a multiple of 32.
-inline bool amx_enabled() {
-  return avx512_enabled() && tandem_attention_amx::amx_enabled() && tandem_attention_amx::cpu_has_amx_bf16();
-}
-inline bool amx_runs(const Shape& s) { return s.D % 32 == 0 && amx_enabled(); }
-
-// The kernel's two passes (see attend) with the partials on AMX tiles: a unit lays its chunk's
-// keys and values out as tiles once, for every group of 16 queries that reads them.
-template <typename QT>
-void attend_amx(const QT* q, const at::Half* k, const at::Half* v, QT* out, const Shape& s) {
-  namespace amx = tandem_attention_amx;
-  const int64_t group = s.H / s.KVH, D = s.D, stride = D + 2;
-  const int64_t shared_chunks = s.visible(0) / kChunk;
-  std::unique_ptr<float[]> partial(new float[static_cast<size_t>(std::max<int64_t>(1, s.Q * s.H * shared_chunks * stride))]);
-  auto slot = [&](int64_t i, int64_t h, int64_t c) { return partial.get() + ((i * s.H + h) * shared_chunks + c) * stride; };
-  auto keys = [&](int64_t g, int64_t c) { return reinterpret_cast<const uint16_t*>(k + g * s.kv_head + c * kChunk * s.kv_pos); };
-  auto values = [&](int64_t g, int64_t c) { return reinterpret_cast<const uint16_t*>(v + g * s.kv_head + c * kChunk * s.kv_pos); };
-  at::parallel_for(0, s.KVH * shared_chunks, 1, [&](int64_t begin, int64_t end) {
-    static thread_local amx::ChunkTiles tiles;
-    static thread_local amx::Scratch w;
-    w.size(D);
-    amx::configure();  // per thread: at::parallel_for's threads each have their own tile state
-    for (int64_t u = begin; u < end; ++u) {
-      const int64_t g = u / shared_chunks, c = u % shared_chunks;
-      amx::lay_out(keys(g, c), values(g, c), s.kv_pos, D, kChunk, tiles);
-      const int64_t total = s.Q * group;  // (row, head) pairs of this KV head
-      for (int64_t t = 0; t < total; t += amx::kQueries) {
-        const int nq = static_cast<int>(std::min<int64_t>(amx::kQueries, total - t));
-        const QT* qs[amx::kQueries];
-        float* as[amx::kQueries];
-        float ms[amx::kQueries], ls[amx::kQueries];
-        for (int n = 0; n < nq; ++n) {
-          const int64_t i = (t + n) / group, h = g * group + (t + n) % group;
-          qs[n] = q + i * s.q_row + h * s.q_head;
-          as[n] = slot(i, h, c) + 2;
-        }
-        amx::load_queries(nq, qs, s.scaling, D, w);
-        amx::partials(nq, tiles, D, w, as, ms, ls);
-        for (int n = 0; n < nq; ++n) {
-          const int64_t i = (t + n) / group, h = g * group + (t + n) % group;
-          slot(i, h, c)[0] = ms[n], slot(i, h, c)[1] = ls[n];
-        }
-      }
-    }
-    amx::release();  // the thread's tile state back to its initial one
-  });
-  // Pass 2: per (row, up to 16 heads of one KV group), the row's partly visible chunks, merged
-  // with the shared partials in chunk order.
-  const int64_t sets = (group + amx::kQueries - 1) / amx::kQueries;
-  at::parallel_for(0, s.Q * s.KVH * sets, 1, [&](int64_t begin, int64_t end) {
-    static thread_local amx::ChunkTiles tiles;
-    static thread_local amx::Scratch w;
-    w.size(D);
-    std::vector<float> a(amx::kQueries * D), acc(amx::kQueries * D);
-    amx::configure();
-    for (int64_t idx = begin; idx < end; ++idx) {
-      const int64_t i = idx / (s.KVH * sets), rest = idx % (s.KVH * sets);
-      const int64_t g = rest / sets, h0 = g * group + (rest % sets) * amx::kQueries;
-      const int nq = static_cast<int>(std::min<int64_t>(amx::kQueries, (g + 1) * group - h0));
-      const int64_t visible = s.visible(i);
-      const int64_t own_chunks = (visible + kChunk - 1) / kChunk;
-      const QT* qs[amx::kQueries];
-      float* as[amx::kQueries];
-      float M[amx::kQueries], Lsum[amx::kQueries];
-      for (int n = 0; n < nq; ++n) qs[n] = q + i * s.q_row + (h0 + n) * s.q_head, as[n] = a.data() + n * D;
-      if (own_chunks > shared_chunks) amx::load_queries(nq, qs, s.scaling, D, w);
-      for (int64_t c = 0; c < own_chunks; ++c) {
-        float m[amx::kQueries], l[amx::kQueries];
-        const float* pa[amx::kQueries];
-        if (c < shared_chunks) {
-          for (int n = 0; n < nq; ++n) {
-            const float* p = slot(i, h0 + n, c);
-            m[n] = p[0], l[n] = p[1], pa[n] = p + 2;
-          }
-        } else {
-          amx::lay_out(keys(g, c), values(g, c), s.kv_pos, D, std::min(visible, (c + 1) * kChunk) - c * kChunk, tiles);
-          amx::partials(nq, tiles, D, w, as, m, l);
-          for (int n = 0; n < nq; ++n) pa[n] = as[n];
-        }
-        for (int n = 0; n < nq; ++n) merge_chunk(c == 0, m[n], l[n], pa[n], D, M[n], Lsum[n], acc.data() + n * D);
-      }
-      for (int n = 0; n < nq; ++n) write_row(acc.data() + n * D, Lsum[n], D, out + (i * s.H + h0 + n) * D);
-    }
-    amx::release();
-  });
-}
-
 // q [Q, H, D] rows (strided), k/v [KVH, L, D] (strided), out [Q, H, D] contiguous.
 template <typename QT, typename KT>
 void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
-  if constexpr (std::is_same_v<KT, at::Half>) {
-    if (amx_runs(s)) return attend_amx<QT>(q, k, v, out, s);
-  }
   const int64_t group = s.H / s.KVH, D = s.D;
   const int kGroup = query_group(s);
   // Chunks 0 .. shared_chunks - 1 are whole for every row (row 0 sees the fewest keys); their
@@ -432,9 +309,34 @@ void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
                              as, m, l);
           for (int n = 0; n < nq; ++n) pa[n] = as[n];
         }
-        for (int n = 0; n < nq; ++n) merge_chunk(c == 0, m[n], l[n], pa[n], D, M[n], Lsum[n], acc.data() + n * D);
+        for (int n = 0; n < nq; ++n) {
+          float* acc_n = acc.data() + n * D;
+          if (c == 0) {
+            M[n] = m[n], Lsum[n] = l[n];
+            for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(acc_n + d, _mm256_loadu_ps(pa[n] + d));
+            continue;
+          }
+          const float Mn = std::max(M[n], m[n]);
+          const float ea = std::exp(M[n] - Mn), eb = std::exp(m[n] - Mn);
+          Lsum[n] = Lsum[n] * ea + l[n] * eb;
+          const __m256 va = _mm256_set1_ps(ea), vb = _mm256_set1_ps(eb);
+          for (int64_t d = 0; d < D; d += 8) {
+            const __m256 x = _mm256_mul_ps(_mm256_loadu_ps(acc_n + d), va);
+            _mm256_storeu_ps(acc_n + d, _mm256_fmadd_ps(_mm256_loadu_ps(pa[n] + d), vb, x));
+          }
+          M[n] = Mn;
+        }
       }
-      for (int n = 0; n < nq; ++n) write_row(acc.data() + n * D, Lsum[n], D, out + (i * s.H + h0 + n) * D);
+      for (int n = 0; n < nq; ++n) {
+        const __m256 inv = _mm256_set1_ps(1.0f / Lsum[n]);
+        const float* acc_n = acc.data() + n * D;
+        QT* o = out + (i * s.H + h0 + n) * D;
+        for (int64_t d = 0; d < D; d += 8) {
+          alignas(32) float tmp[8];
+          _mm256_store_ps(tmp, _mm256_mul_ps(_mm256_loadu_ps(acc_n + d), inv));
+          for (int c = 0; c < 8; ++c) o[d + c] = static_cast<QT>(tmp[c]);
+        }
+      }
     }
   });
 }

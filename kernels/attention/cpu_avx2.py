@@ -18,16 +18,10 @@ def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
 
 def attention_isa() -> str:
-    """Which partials run: "amx_bf16" (AMX tiles for an fp16 cache, where the CPU has AMX-BF16),
-    "avx512_vnni" (16 lanes, where it has AVX-512) or "avx2"."""
+    """Which partials run: "avx512_vnni" (16 lanes, where the CPU has AVX-512) or "avx2"."""
     return _module().attention_isa()
 
 
 def attention_allow_avx512(on: bool) -> None:
     """Allow the 16-lane partials where the CPU has AVX-512 (tests run both on one machine)."""
     _module().attention_allow_avx512(on)
-
-
-def attention_allow_amx(on: bool) -> None:
-    """Allow the AMX-BF16 tiles for fp16 caches where the CPU has them (tests run all tile sets)."""
-    _module().attention_allow_amx(on)
