@@ -1,7 +1,7 @@
 """Conversations out of and back into Tandem: Markdown to read or share, JSON to move them.
 
 The JSON export is ``{"format": FORMAT, "version": 1, "conversations": [...]}`` with each
-conversation exactly as its file in the store holds it (app/store/conversation_schema.py), so an import
+conversation exactly as its file in the store holds it (engine/session/conversation_schema.py), so an import
 validates each one with the same schema the store uses. Importing never overwrites a chat: an id
 already taken gets a fresh one. An import is parsed with the store's bounds on depth
 (app/store/json_files.py); its file may be bigger than one conversation's, up to ``MAX_IMPORT_BYTES``.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from app.store import json_files
 from app.store.attachments import Attachment, block
-from app.store.conversation_schema import SchemaError, validate
+from engine.session.conversation_schema import SchemaError, validate
 from app.store.conversations import Conversation, is_valid_id
 
 FORMAT = "tandem-conversations"

@@ -6,7 +6,7 @@ Nothing on disk can cost the user their chats:
   start once stale (by name and age: a second instance's save in progress is never touched).
 - A conversation's id is its file name, checked against a fixed safe pattern; an id inside a file
   never becomes a path, and every path the store touches must resolve inside its directory.
-- Every file is validated in full on load (app/store/conversation_schema.py). One that fails is set aside
+- Every file is validated in full on load (engine/session/conversation_schema.py). One that fails is set aside
   under a unique *.unreadable name, never deleted, with the reason in the log; the rest load. So is
   one nested too deep or too big to parse safely (app/store/json_files.py).
 """
@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from app.store import json_files
-from app.store.conversation_schema import SchemaError, validate
+from engine.session.conversation_schema import SchemaError, validate
 from engine.session.saved_turns import model_turn
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ def describe_meta(meta: dict) -> str:
 
 
 def reply_meta(finished, loaded) -> dict:
-    """What a finished reply stores (app/store/conversation_schema.py ReplyMetaSchema): its figures and
+    """What a finished reply stores (engine/session/conversation_schema.py ReplyMetaSchema): its figures and
     the model, precision and drafter that made it (``loaded``: app.bridge.messages.ModelLoaded or None)."""
     s = finished.stats
     if s.drafted:

@@ -12,18 +12,20 @@ skipped.
 
 The files are the app's conversation store (one JSON file a conversation: "messages" with each
 turn's "role", "content" and attached files, "system_prompt", "updated"); the app hands over the
-conversations it has loaded and validated instead. Read here defensively, since a folder can hold
-anything: only regular files up to MAX_FILE_BYTES, and a file that is not a conversation is
-skipped and counted, never fatal.
+conversations it has loaded and validated instead. Read here as the app reads them, since a folder
+can hold anything: bounded (engine.core.bounded_json: only regular files, up to MAX_FILE_BYTES,
+nesting counted before parsing) and checked against the store's own schema
+(engine.session.conversation_schema); a file that is not a conversation is skipped and counted,
+never fatal.
 """
 from __future__ import annotations
 
-import json
-import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.core import bounded_json
+from engine.session.conversation_schema import validate
 from engine.session.saved_turns import model_turn
 
 #: Messages of saved chats answered at most, and a prompt's length at most (`tandem distill`'s
@@ -32,7 +34,6 @@ CONVERSATION_TURNS = 64
 PROMPT_TOKENS = 2048
 #: A conversation file larger than this is skipped: far more than a context window of text.
 MAX_FILE_BYTES = 64 * 2**20
-ROLES = ("system", "user", "assistant", "tool")
 
 
 @dataclass(frozen=True)
@@ -52,33 +53,20 @@ def read_folder(folder: Path) -> SavedConversations:
         if path.name.startswith("."):
             continue  # a save in progress
         try:
-            info = path.lstat()
-            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES:
-                raise ValueError("not a regular file of a conversation's size")
-            raw = json.loads(path.read_text(encoding="utf-8"))
-            found.append((float(raw.get("updated", 0.0)), model_messages(raw)))
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            if path.is_symlink():  # as the app's store: a link is not one of its own files
+                raise ValueError("a link")
+            raw = validate(bounded_json.load(path, MAX_FILE_BYTES))
+            found.append((raw["updated"], model_messages(raw)))
+        except (OSError, ValueError):  # JSONFileError and SchemaError are ValueErrors
             skipped += 1
     found.sort(key=lambda item: item[0], reverse=True)
     return SavedConversations(tuple(messages for _, messages in found), skipped)
 
 
 def model_messages(raw: dict) -> list[dict]:
-    """A saved conversation ({"messages": [...], "system_prompt": str}) as the chat template's
-    messages; ValueError (or TypeError, KeyError) when it is not one."""
-    messages = raw["messages"]
-    if not isinstance(messages, list):
-        raise ValueError("messages is not a list")
-    for m in messages:
-        if m["role"] not in ROLES or not isinstance(m["content"], str):
-            raise ValueError("a message without a known role and text")
-        for a in m.get("attachments") or ():
-            if not (isinstance(a["name"], str) and isinstance(a["text"], str)):
-                raise ValueError("an attachment without a name and text")
-    system = raw.get("system_prompt") or ""
-    if not isinstance(system, str):
-        raise ValueError("system_prompt is not text")
-    return ([{"role": "system", "content": system}] if system.strip() else []) + [model_turn(m) for m in messages]
+    """A saved conversation, valid by the store's schema, as the chat template's messages."""
+    system = raw.get("system_prompt", "")
+    return ([{"role": "system", "content": system}] if system.strip() else []) + [model_turn(m) for m in raw["messages"]]
 
 
 def turn_prompts(conversations: Iterable[list[dict]], limit: int) -> list[list[dict]]:

@@ -186,7 +186,7 @@ def test_unknown_fields_are_kept_for_newer_versions(tmp_path):
 def test_the_schema_checks_every_field_of_a_conversation():
     from dataclasses import fields
 
-    from app.store.conversation_schema import ConversationSchema
+    from engine.session.conversation_schema import ConversationSchema
 
     assert set(ConversationSchema.model_fields) == {f.name for f in fields(Conversation)} - {"extra"}
 

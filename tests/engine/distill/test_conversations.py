@@ -45,7 +45,7 @@ def user(text, **extra):
 
 
 def reply(text):
-    return {"role": "assistant", "content": text, "stats": {"tok_per_s": 20.0}}
+    return {"role": "assistant", "content": text, "stats": "20.0 tok/s", "meta": {"tok_per_s": 20.0, "new_tokens": 3}}
 
 
 def write(folder, name, data):
@@ -63,13 +63,14 @@ def test_a_folder_of_saved_chats_reads_as_the_model_reads_them(tmp_path):
     write(tmp_path, "broken.json", "{not json")
     write(tmp_path, "wrong.json", {"messages": [{"role": "wizard", "content": "?"}]})
     write(tmp_path, "deep.json", "[" * 100_000 + "]" * 100_000)
+    write(tmp_path, "odd.json", {**saved([user("hi")], updated=300.0), "updated": "yesterday"})  # the app sets it aside
     write(tmp_path, ".tmp-save.json", newer)  # a save in progress: not a file of its own yet
     write(tmp_path, "notes.txt", "not a conversation")
     os.symlink(tmp_path / "a1.json", tmp_path / "link.json")  # a link is not the store's own file
 
     found = read_folder(tmp_path)
 
-    assert found.skipped == 4  # broken, wrong, deep, link
+    assert found.skipped == 5  # broken, wrong, deep, odd, link
     first, second = found.conversations  # newest first
     assert [m["role"] for m in first] == ["user", "assistant", "assistant", "tool"]
     assert first[2]["tool_calls"][0]["function"]["name"] == "clock"

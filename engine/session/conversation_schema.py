@@ -1,4 +1,6 @@
-"""The schema of a conversation file, checked in full before anything uses it.
+"""The schema of a conversation file, checked in full before anything uses it: by the app's
+store (app/store/conversations.py) and by `tandem distill --conversations`, which reads the
+same files, so both accept and refuse the same ones.
 
 Strict types (a number is not a string, a bool is not a number, NaN is not a time), roles from a
 fixed set, every content a string. Fields this version does not know are allowed and kept, so a
