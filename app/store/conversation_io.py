@@ -14,8 +14,8 @@ from pathlib import Path
 
 from app.store import json_files
 from app.store.attachments import Attachment, block
-from engine.session.conversation_schema import SchemaError, validate
 from app.store.conversations import Conversation, is_valid_id
+from engine.session.conversation_schema import SchemaError, validate
 
 FORMAT = "tandem-conversations"
 VERSION = 1

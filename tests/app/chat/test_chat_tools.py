@@ -8,12 +8,12 @@ from PySide6.QtCore import Qt
 
 from app.chat.tools_dialog import COMMAND, NAME, ON, ToolsDialog
 from app.store.app_settings import Key
-from engine.session.conversation_schema import validate
 from app.store.conversations import Conversation, ConversationStore
 from app.store.presets import Preset
 from app.store.tool_settings import BadToolSettings, McpEntry, ToolSettings, load_tool_settings, save_tool_settings
 from engine.core.settings import InvalidRequest
 from engine.session.chat import DECLINED, for_the_model
+from engine.session.conversation_schema import validate
 
 TOOL_TURNS = [
     {"role": "user", "content": "Weather in Lisbon?"},
