@@ -36,6 +36,8 @@ class Eagle3Drafter(DrafterBase):
         self.target: Runner | None = None
         self.vocab = layers.spec.layers.vocab_size
         self._target_ids = layers.target_ids(torch.arange(layers.spec.draft_vocab_size))
+        #: Entries a proposal computes at most: older ones are past every later row's window.
+        self.read_window = min(layer.self_attn.window for layer in layers.layers)
         self.reset()
 
     def attach_target(self, runner: Runner) -> None:
@@ -51,7 +53,10 @@ class Eagle3Drafter(DrafterBase):
     def keep_prefix(self, n: int) -> int:
         # Entry j holds the states at j with the token at j + 1: it stays valid while both do.
         self.catch_up_s = 0.0
-        return keep_first(self, min(self.length, max(n - 1, 0)))
+        kept = min(self.length, max(n - 1, 0))
+        if kept <= self.caches[0].first:  # what is left was skipped, never computed
+            kept = 0
+        return keep_first(self, kept)
 
     def prepare(self, prompt: list[int]) -> None:
         # ``prompt`` ends with the first chosen token; the target's prefill computed the rest.
@@ -72,10 +77,19 @@ class Eagle3Drafter(DrafterBase):
         if seen != len(context) - 1 or self._states.kept != seen:
             raise RuntimeError(f"EAGLE-3 drafter out of step: target holds {seen}, kept {self._states.kept}")
         started = time.perf_counter()
-        # 1. The real entries: positions length .. seen-1 with their accepted next tokens.
-        aux = self._states.take().float()
+        # 1. The real entries: positions length .. seen-1 with their accepted next tokens; of a
+        # long prompt (or a long stretch with speculation off) only the last window's, since no
+        # row from here on attends farther back.
+        aux = self._states.take()
+        first = max(self.length, seen - self.read_window)
+        if first > self.length:
+            aux = aux[first - self.length :]
+            for cache in self.caches:
+                cache.first = first
+            self.length = first
+        aux = aux.float()
         tokens = torch.tensor(context[self.length + 1 : seen + 1], dtype=torch.long)
-        logits, out = self.layers.step(self.layers.combine(aux), self._embed(tokens), self.caches, self.length)
+        logits, out = self.layers.step(self.layers.combine(aux), self._embed(tokens), self.caches, self.length, outputs=1)
         # More than a pass's worth of entries: the target ran while speculation was off.
         self.catch_up_s = time.perf_counter() - started if len(tokens) > 16 else 0.0
         self.length = seen

@@ -37,21 +37,32 @@ class RmsNorm(torch.nn.Module):
         return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
+#: Entries a row attends back at most, where the checkpoint sets no window of its own. The
+#: target's states already carry what came before; past this the layer's cost grows with the
+#: context (a long prompt's first proposal read every entry of it) and its acceptance did not
+#: (docs/benchmarks/log.md). Tandem's distillation trains on sequences of up to ~1,024 entries
+#: (768 of context and a reply), so a distilled drafter never attends farther than it learnt.
+READ_WINDOW = 1024
+
+
 class DraftKV:
     """Keys and values of one draft layer [kv_heads, capacity, D], grown by doubling."""
 
     def __init__(self, kv_heads: int, head_dim: int) -> None:
         self.k = torch.empty(kv_heads, 64, head_dim)
         self.v = torch.empty_like(self.k)
+        #: Entries before this position were never written (past every row's window: skipped).
+        self.first = 0
 
     def write(self, start: int, k: torch.Tensor, v: torch.Tensor) -> None:
         end = start + k.shape[1]
         if end > self.k.shape[1]:
             capacity = max(end, 2 * self.k.shape[1])
+            kept = min(start, self.k.shape[1])  # a first write past the skipped entries starts beyond it
             for name in ("k", "v"):
                 old = getattr(self, name)
                 new = torch.empty(old.shape[0], capacity, old.shape[2])
-                new[:, :start] = old[:, :start]
+                new[:, self.first : kept] = old[:, self.first : kept]
                 setattr(self, name, new)
         self.k[:, start:end] = k
         self.v[:, start:end] = v
@@ -61,7 +72,8 @@ class Attention(torch.nn.Module):
     def __init__(self, spec: SpeculatorSpec, width: int, qk_norm: bool, bias: bool) -> None:
         super().__init__()
         c = spec.layers
-        self.heads, self.kv_heads, self.head_dim, self.window = c.heads, c.kv_heads, c.head_dim, c.sliding_window
+        self.heads, self.kv_heads, self.head_dim = c.heads, c.kv_heads, c.head_dim
+        self.window = c.sliding_window or READ_WINDOW
         self.q_proj = torch.nn.Linear(width, c.heads * c.head_dim, bias=bias)
         self.k_proj = torch.nn.Linear(width, c.kv_heads * c.head_dim, bias=bias)
         self.v_proj = torch.nn.Linear(width, c.kv_heads * c.head_dim, bias=bias)
@@ -69,26 +81,29 @@ class Attention(torch.nn.Module):
         self.q_norm = RmsNorm(c.head_dim, c.rms_norm_eps) if qk_norm else None
         self.k_norm = RmsNorm(c.head_dim, c.rms_norm_eps) if qk_norm else None
 
-    def forward(self, x: torch.Tensor, cache: DraftKV, start: int, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x [n, width] at positions start .. start + n - 1, after ``start`` cached ones."""
+    def forward(self, x: torch.Tensor, cache: DraftKV, start: int, cos: torch.Tensor, sin: torch.Tensor,
+                keep: int | None = None) -> torch.Tensor:
+        """x [n, width] at positions start .. start + n - 1, after ``start`` cached ones: every row's
+        key and value cached, the output of the last ``keep`` rows (all by default) returned."""
         n = x.shape[0]
-        q = self.q_proj(x).view(n, self.heads, self.head_dim)
+        keep = n if keep is None else keep
         k = self.k_proj(x).view(n, self.kv_heads, self.head_dim)
         v = self.v_proj(x).view(n, self.kv_heads, self.head_dim)
+        q = self.q_proj(x[n - keep :]).view(keep, self.heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        q, k = _rotate(q, cos[n - keep :], sin[n - keep :]), _rotate(k, cos, sin)
         cache.write(start, k.transpose(0, 1), v.transpose(0, 1))
         end = start + n
-        group = self.heads // self.kv_heads
-        keys = cache.k[:, :end].repeat_interleave(group, dim=0)
-        values = cache.v[:, :end].repeat_interleave(group, dim=0)
+        start = end - keep  # the rows whose output is asked for
+        n = keep
+        lo = max(cache.first, start - self.window + 1)  # the first entry any of these rows sees
         rows = torch.arange(start, end)[:, None]
-        cols = torch.arange(end)[None, :]
-        allowed = cols <= rows
-        if self.window:
-            allowed &= cols > rows - self.window
-        out = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=allowed)  # [heads, n, D]
+        cols = torch.arange(lo, end)[None, :]
+        allowed = (cols <= rows) & (cols > rows - self.window)
+        # enable_gqa: each KV head serves its group of query heads without copying the cache.
+        out = F.scaled_dot_product_attention(q.transpose(0, 1), cache.k[:, lo:end], cache.v[:, lo:end], attn_mask=allowed,
+                                             enable_gqa=True)  # [heads, n, D]
         return self.o_proj(out.transpose(0, 1).reshape(n, self.heads * self.head_dim))
 
 
@@ -118,8 +133,10 @@ class DraftLayer(torch.nn.Module):
         self.norm_before_residual = spec.norm_before_residual
 
     def forward(self, hidden: torch.Tensor, residual: torch.Tensor | None, embeds: torch.Tensor,
-                cache: DraftKV, start: int, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (mlp output, residual) as vLLM's layers do: their sum is the layer's output."""
+                cache: DraftKV, start: int, cos: torch.Tensor, sin: torch.Tensor,
+                keep: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (mlp output, residual) as vLLM's layers do: their sum is the layer's output; of
+        the last ``keep`` rows only (every row's key and value are cached all the same)."""
         if self.first:
             normed = self.hidden_norm(hidden)
             residual = normed if self.norm_before_residual else hidden
@@ -127,7 +144,8 @@ class DraftLayer(torch.nn.Module):
         else:
             residual = hidden + residual
             x = self.input_layernorm(residual)
-        residual = residual + self.self_attn(x, cache, start, cos, sin)
+        keep = x.shape[0] if keep is None else keep
+        residual = residual[x.shape[0] - keep :] + self.self_attn(x, cache, start, cos, sin, keep)
         return self.mlp(self.post_attention_layernorm(residual)), residual
 
 
@@ -164,17 +182,22 @@ class Eagle3Layers(torch.nn.Module):
         return self.fc(aux)
 
     def step(self, hidden: torch.Tensor, embeds: torch.Tensor, caches: list[DraftKV],
-             start: int) -> tuple[torch.Tensor, torch.Tensor]:
+             start: int, outputs: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Entries (hidden [n, H], embeds [n, H]) at positions start ..: returns (draft-vocabulary
-        logits [n, V_draft], the next step's hidden [n, H])."""
+        logits, the next step's hidden [., H]) of the last ``outputs`` entries (all by default).
+        A catch-up over many entries asks for its last one: the others only fill the caches,
+        which in the last layer needs their keys and values alone (the head over the draft
+        vocabulary, ~half a row's cost, and the attention and MLP are skipped for them)."""
         n = hidden.shape[0]
+        outputs = n if outputs is None else outputs
         freqs = torch.arange(start, start + n, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
         angles = torch.cat((freqs, freqs), dim=-1)
         cos = (angles.cos() * self.rope_scale)[:, None, :]
         sin = (angles.sin() * self.rope_scale)[:, None, :]
         residual = None
-        for layer, cache in zip(self.layers, caches):
-            hidden, residual = layer(hidden, residual, embeds, cache, start, cos, sin)
+        last = len(self.layers) - 1
+        for i, (layer, cache) in enumerate(zip(self.layers, caches)):  # a later layer reads every row's output
+            hidden, residual = layer(hidden, residual, embeds, cache, start, cos, sin, outputs if i == last else None)
         out = hidden + residual
         return self.lm_head(self.norm(out)), out
 

@@ -277,3 +277,63 @@ def test_a_checkpoint_missing_a_tensor_is_named(tmp_path, target):
     save_file(tensors, str(folder / "model.safetensors"))
     with pytest.raises(DrafterMismatch, match=r"broken: its weights lack layers\.0\.self_attn\.k_proj\.weight"):
         drafter_for(folder, target)
+
+def test_a_long_prompt_is_read_through_its_last_window_of_entries(folders, target, tokenizer):
+    """A row attends to the last ``window`` entries, so entries older than that before the first
+    proposal are never computed: the drafts are those of a drafter that computed every entry.
+    A kept prefix that ends inside the skipped part keeps nothing of the drafter's cache."""
+    window = 8
+    prompt = token_ids(tokenizer, " ".join(PROMPTS) * 8)
+    assert len(prompt) > 64 + window  # past the cache's first capacity
+    drafts = []
+    for read_window in (window, 10_000):  # skipping, and computing every entry
+        drafter = drafter_for(folders["speculators"], target)
+        for layer in drafter.layers.layers:
+            layer.self_attn.window = window
+        drafter.read_window = read_window
+        runner = ModelRunner(target)
+        drafter.attach_target(runner)
+        runner.forward(prompt)
+        drafter.prepare(prompt + [5])
+        drafts.append(drafter.propose(prompt + [5], 4, Sampler(DecodeSettings(mode="sample", temperature=1.0, seed=11), "cpu")))
+        assert drafter.caches[0].first == (len(prompt) - window if read_window == window else 0)
+    skipped, every = drafts
+    assert skipped.tokens == every.tokens
+    torch.testing.assert_close(skipped.probs, every.probs, atol=1e-5, rtol=1e-4)
+
+    assert drafter.keep_prefix(len(prompt)) == len(prompt) - 1  # the drafter that computed every entry
+    skipping = drafter_for(folders["speculators"], target)
+    skipping.read_window = window
+    runner = ModelRunner(target)
+    skipping.attach_target(runner)
+    runner.forward(prompt)
+    skipping.prepare(prompt + [5])
+    skipping.propose(prompt + [5], 2, Sampler(DecodeSettings(), "cpu"))
+    assert skipping.keep_prefix(window) == 0 and skipping.length == 0  # inside the skipped entries: reset
+    assert skipping.keep_prefix(0) == 0
+
+
+def test_a_catch_up_computes_the_last_entrys_output_and_every_entrys_keys(folders, target, tokenizer):
+    """Entries that only fill the cache skip the attention, MLP and head: the last entry's logits
+    and every cached key and value are those of computing every entry's output."""
+    drafter = drafter_for(folders["speculators"], target)
+    runner = ModelRunner(target)
+    runner.aux_layers = drafter.aux_layers
+    prompt = token_ids(tokenizer, " ".join(PROMPTS))
+    runner.forward(prompt)
+    layers = drafter.layers
+    results = []
+    for outputs in (None, 1):
+        caches = layers.new_caches()
+        with torch.inference_mode():
+            hidden = layers.combine(runner.aux[: len(prompt) - 1].float())
+            embeds = drafter.embed(torch.tensor(prompt[1:])).float()
+            logits, out = layers.step(hidden, embeds, caches, 0, outputs=outputs)
+        results.append((logits[-1], out[-1], caches))
+    (all_logits, all_out, all_caches), (last_logits, last_out, last_caches) = results
+    assert last_logits.shape == all_logits.shape
+    torch.testing.assert_close(last_logits, all_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(last_out, all_out, atol=1e-5, rtol=1e-5)
+    n = len(prompt) - 1
+    for a, b in zip(all_caches, last_caches):
+        assert torch.equal(a.k[:, :n], b.k[:, :n]) and torch.equal(a.v[:, :n], b.v[:, :n])
