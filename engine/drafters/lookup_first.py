@@ -1,4 +1,5 @@
-"""A draft model that lets prompt lookup draft for free where the text copies itself.
+"""A drafter (a draft model, or one made for the target) that lets prompt lookup draft for free
+where the text copies itself.
 
 Rewriting, editing and summarizing repeat long stretches of the prompt; there a lookup guess
 (what followed the latest earlier occurrence of the context's trailing n-gram) is accepted about
@@ -13,7 +14,9 @@ steps it saves. So each step picks one source from what this request has shown s
   drafter steps are paid for.
 
 The draft model reads the prompt only when it first drafts: where lookup drafts a whole request
-(an edit that copies the pasted file), the model's prefill of that file is never paid.
+(an edit that copies the pasted file), the model's prefill of that file is never paid. A drafter
+made for the target (EAGLE-3, DFlash) keeps the target's states of every pass, lookup's too (they
+cost a copy), and reads them when it next drafts; its cache stays with it across requests.
 
 Which source proposed a token does not matter for losslessness: lookup drafts are
 deterministic (q is one-hot, which the verifier handles) and every token is verified.
@@ -46,7 +49,7 @@ def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -
 
 
 class LookupFirstDrafter(DrafterBase):
-    """``model``: the draft model (DraftModelDrafter). ``min_match``: the shortest trailing n-gram
+    """``model``: the draft model (DraftModelDrafter) or a drafter made for the target. ``min_match``: the shortest trailing n-gram
     whose continuation is worth a guess (shorter matches are mostly chance). ``model_cost``: a
     target pass that verifies model drafts costs this many lookup passes (its drafter steps: on
     the default pair k ~ 4 steps at c ~ 0.12 of a target pass next to a ~1.7-pass verification).
@@ -69,11 +72,31 @@ class LookupFirstDrafter(DrafterBase):
         self.prior = prior
         self.lookup_prior = lookup_prior
         self._model_prepared = True  # until a prepare(): the model catches up in propose
+        # A drafter that reads the target's states takes the target and keeps its cache across
+        # requests as it does alone; one that drafts under no grammar of its own has no follow.
+        self._reads_target = model.keep_prefix is not None
+        if self._reads_target:
+            self.attach_target = model.attach_target
+            self.keep_prefix = self._keep_prefix
+        if model.follow is None:
+            self.follow = None
         self.reset()
+
+    @property
+    def target(self):
+        """The runner a drafter made for the target reads (the decoding loop checks it is the request's)."""
+        return getattr(self.model, "target", None)
 
     # -- the Drafter interface ------------------------------------------------------------
     def reset(self) -> None:
         self.model.reset()
+        self._new_request()
+
+    def _keep_prefix(self, n: int) -> int:
+        self._new_request()  # the scores are this request's; the model's cache is kept
+        return self.model.keep_prefix(n)
+
+    def _new_request(self) -> None:
         self.catch_up_s = 0.0  # the model drafter's, for the pass it drafted (see DraftModelDrafter)
         self.lookup_score = self.lookup_prior  # decayed mean of tokens a lookup guess got right
         self.model_score = self.prior  # decayed mean of model draft tokens accepted
@@ -86,6 +109,9 @@ class LookupFirstDrafter(DrafterBase):
         self.model.follow(grammar)
 
     def prepare(self, prompt: list[int]) -> None:
+        if self._reads_target:  # keeps the prompt's states now; reads them when it first drafts
+            self.model.prepare(prompt)
+            return
         # Deferred to the model's first draft of this request (lookup may draft all of it).
         self._model_prepared = False
 

@@ -121,8 +121,9 @@ class Session:
                                  min_confidence=self.drafter_options.min_confidence)
 
     def _drafting_of(self, drafter: Drafter | None) -> Drafter | None:
-        """Prompt lookup takes over from a draft model where the request copies itself."""
-        if isinstance(drafter, DraftModelDrafter) and self.drafter_options.lookup:
+        """Prompt lookup takes over from a draft model, or a drafter made for the target, where
+        the request copies itself."""
+        if isinstance(drafter, (DraftModelDrafter, *MADE_FOR_TARGET)) and self.drafter_options.lookup:
             return LookupFirstDrafter(drafter)
         return drafter
 
@@ -275,7 +276,8 @@ class Session:
         model = self.target.model
         reads_target = drafter is not None and drafter.attach_target is not None
         # EAGLE-3 and DFlash read only the inputs of a few layers, which GgufRunner keeps too.
-        reads_modules = reads_target and not isinstance(drafter, MADE_FOR_TARGET)
+        inner = drafter.model if isinstance(drafter, LookupFirstDrafter) else drafter
+        reads_modules = reads_target and not isinstance(inner, MADE_FOR_TARGET)
         if self.target.weights in ("int8", "int4") and not reads_target and fused_runner.worth_using(model):
             return fused_runner.FusedRunner(model)
         if self.target.weights == "file" and not reads_modules and gguf_runner.worth_using(model):

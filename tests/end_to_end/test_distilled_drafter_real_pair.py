@@ -44,7 +44,7 @@ def test_a_drafter_distilled_on_the_real_target_drafts_losslessly(tmp_path):
 
     paired = Session.load(target, out, precision="file")
     drafter = paired.drafter("model")
-    assert isinstance(drafter, Eagle3Drafter) and isinstance(paired.target_runner(drafter), GgufRunner)
+    assert isinstance(drafter.model, Eagle3Drafter) and isinstance(paired.target_runner(drafter), GgufRunner)
     for k in (3, None):
         result = compare(paired, "Write a Python function that returns the n-th Fibonacci number.",
                          DecodeSettings(max_new_tokens=32, draft_length=k))

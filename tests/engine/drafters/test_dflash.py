@@ -13,6 +13,7 @@ from engine.core.settings import DecodeSettings
 from engine.decode.decoding import speculative_decode
 from engine.drafters import DrafterMismatch
 from engine.drafters.dflash import DFlashDrafter
+from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.drafters.made_for_target import load_made_for_target
 from engine.models.runners.gguf_runner import GgufRunner
 from engine.models.runners.runner import ModelRunner
@@ -114,7 +115,9 @@ def test_a_gguf_target_through_the_session_and_compare(tmp_path, tokenizer, caps
     folder = checkpoints.save_dflash_authors(tmp_path / "tiny-target-dflash", model, [0, 2], MASK)
     session = Session.load(path, folder, precision="file")
     drafter = session.drafter("model")
-    assert isinstance(drafter, DFlashDrafter) and isinstance(session.target_runner(drafter), GgufRunner)
+    assert isinstance(drafter, LookupFirstDrafter) and isinstance(session.target_runner(drafter), GgufRunner)
+    drafter = drafter.model  # inside prompt lookup's wrapper
+    assert isinstance(drafter, DFlashDrafter)
     # On the CPU its linears run int8, as an EAGLE-3's (the session's "auto" drafter weights).
     from engine.quant.quantize import Int8Linear, int8_available
 

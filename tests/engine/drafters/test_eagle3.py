@@ -15,6 +15,7 @@ from engine.core.settings import PREFILL_CHUNK, DecodeSettings
 from engine.decode.decoding import speculative_decode
 from engine.drafters import DrafterMismatch
 from engine.drafters.eagle3 import Eagle3Drafter, load_eagle3_drafter
+from engine.drafters.lookup_first import LookupFirstDrafter
 from engine.models.runners.gguf_runner import GgufRunner
 from engine.models.runners.runner import ModelRunner
 from engine.session.session import Session
@@ -161,8 +162,8 @@ def test_a_gguf_target_keeps_its_own_runner_and_output(gguf_target):
     path, folder = gguf_target
     session = Session.load(path, folder, precision="file")
     drafter = session.drafter("model")
-    assert isinstance(drafter, Eagle3Drafter)
-    assert drafter.aux_layers == (2, LAYERS // 2, LAYERS - 3)  # EAGLE-3's default ids
+    assert isinstance(drafter, LookupFirstDrafter) and isinstance(drafter.model, Eagle3Drafter)
+    assert drafter.model.aux_layers == (2, LAYERS // 2, LAYERS - 3)  # EAGLE-3's default ids
     assert isinstance(session.target_runner(drafter), GgufRunner)
     prompt = session.encode(PROMPTS[0])
     for k in (2, None):
@@ -212,7 +213,7 @@ def test_raced_against_a_draft_model_loaded_beside_it(gguf_target, gguf_draft_mo
     path, folder = gguf_target
     draft = gguf_draft_model
     session = Session.load(path, folder, precision="file", draft_model_path=draft)
-    assert isinstance(session.drafter("model"), Eagle3Drafter) and "EAGLE-3" in session.drafter_name
+    assert isinstance(session.drafter("model").model, Eagle3Drafter) and "EAGLE-3" in session.drafter_name
     beside = session.drafter("draft_model")
     assert isinstance(getattr(beside, "model", beside), DraftModelDrafter)
     assert session.draft_model_name == "tiny-draft-q8_0.gguf"
@@ -278,6 +279,7 @@ def test_a_checkpoint_missing_a_tensor_is_named(tmp_path, target):
     with pytest.raises(DrafterMismatch, match=r"broken: its weights lack layers\.0\.self_attn\.k_proj\.weight"):
         drafter_for(folder, target)
 
+
 def test_a_long_prompt_is_read_through_its_last_window_of_entries(folders, target, tokenizer):
     """A row attends to the last ``window`` entries, so entries older than that before the first
     proposal are never computed: the drafts are those of a drafter that computed every entry.
@@ -337,3 +339,29 @@ def test_a_catch_up_computes_the_last_entrys_output_and_every_entrys_keys(folder
     n = len(prompt) - 1
     for a, b in zip(all_caches, last_caches):
         assert torch.equal(a.k[:, :n], b.k[:, :n]) and torch.equal(a.v[:, :n], b.v[:, :n])
+
+
+def test_prompt_lookup_drafts_beside_it_and_it_keeps_every_passs_states(folders, target, tokenizer, gguf_target):
+    """Prompt lookup drafts some passes without the drafter's layer (here whenever a token
+    recurs: forced), which keeps the target's states of every pass, lookup's too, and drafts
+    the others; the output is plain decoding's. Through the session the wrapper keeps the
+    drafter's cache across turns; with lookup off the drafter drafts alone."""
+    from engine.core.settings import DrafterOptions
+    from engine.decode.decoding import plain_decode
+
+    base = drafter_for(folders["speculators"], target)
+    drafter = LookupFirstDrafter(RecheckedEagle3(base.layers, base.aux_layers, base.embed), min_match=1, lookup_prior=50.0)
+    settings = DecodeSettings(max_new_tokens=48, draft_length=3)
+    prompt = token_ids(tokenizer, PROMPTS[1])
+    plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, settings, set()))
+    result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt, settings, set()))
+    assert result.token_ids == plain.token_ids
+    assert drafter.lookup_steps > 0 and drafter.model_steps > 0 and drafter.model.checks > 0
+
+    path, folder = gguf_target
+    session = Session.load(path, folder, precision="file")
+    wrapped = session.drafter("model")
+    assert wrapped.name.endswith("+ prompt lookup")
+    assert_turns_reuse_the_prefix(session, tokenizer, DecodeSettings(max_new_tokens=16, draft_length=3))
+    alone = Session.load(path, folder, precision="file", drafter_options=DrafterOptions(lookup=False))
+    assert isinstance(alone.drafter("model"), Eagle3Drafter)

@@ -76,7 +76,7 @@ def test_the_catalogs_pair_downloads_and_speculates_as_plain(tiny_pair_files, tm
         assert {p for r, p in fetched if r == entry.drafter_repo} >= {"config.json", "model.safetensors"}
 
     session = Session.load(target, drafter, "file", "cpu")
-    assert isinstance(session.drafter("model"), drafter_type)
+    assert isinstance(session.drafter("model").model, drafter_type)  # inside prompt lookup's wrapper
     result = compare(session, "def add(a, b):", DecodeSettings(max_new_tokens=24, draft_length=3))
     assert result.speculative.token_ids == result.plain.token_ids and result.speculative.stats.drafted > 0
 
