@@ -49,10 +49,11 @@ def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -
 
 
 class LookupFirstDrafter(DrafterBase):
-    """``model``: the draft model (DraftModelDrafter) or a drafter made for the target. ``min_match``: the shortest trailing n-gram
-    whose continuation is worth a guess (shorter matches are mostly chance). ``model_cost``: a
-    target pass that verifies model drafts costs this many lookup passes (its drafter steps: on
-    the default pair k ~ 4 steps at c ~ 0.12 of a target pass next to a ~1.7-pass verification).
+    """``model``: the draft model (DraftModelDrafter) or a drafter made for the target (EAGLE-3,
+    DFlash). ``min_match``: the shortest trailing n-gram whose continuation is worth a guess
+    (shorter matches are mostly chance). ``model_cost``: a target pass that verifies model
+    drafts costs this many lookup passes (its drafter steps: on the default pair k ~ 4 steps at
+    c ~ 0.12 of a target pass next to a ~1.7-pass verification).
     ``decay``: how fast the track records forget (0.6: two failed guesses in a row hand drafting
     back to the model). ``prior`` / ``lookup_prior``: tokens credited to the model and to lookup
     at the start of a request. Lookup starts low: its guesses are scored while the model drafts,
