@@ -6,9 +6,10 @@ Nothing on disk can cost the user their chats:
   start once stale (by name and age: a second instance's save in progress is never touched).
 - A conversation's id is its file name, checked against a fixed safe pattern; an id inside a file
   never becomes a path, and every path the store touches must resolve inside its directory.
-- Every file is validated in full on load (engine/session/conversation_schema.py). One that fails is set aside
+- Every file is checked and validated in full on load (engine/session/conversation_files.py, the
+  walk `tandem distill --conversations` reads the same folder with). One that fails is set aside
   under a unique *.unreadable name, never deleted, with the reason in the log; the rest load. So is
-  one nested too deep or too big to parse safely (app/store/json_files.py).
+  one nested too deep or too big to parse safely (engine/core/bounded_json.py).
 """
 from __future__ import annotations
 
@@ -22,17 +23,18 @@ import uuid
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from app.store import json_files
-from engine.session.conversation_schema import SchemaError, validate
+from engine.session.conversation_files import (
+    ConversationFile,
+    NotARegularFile,
+    is_valid_id,
+    read_conversation_file,
+    read_conversation_files,
+)
+from engine.session.conversation_schema import validate
 from engine.session.saved_turns import model_turn
 
 log = logging.getLogger(__name__)
 
-#: Letters, digits, '-' and '_', starting with a letter or digit: no separators, no dots, nothing
-#: a shell or a file system reads specially. uuid4().hex[:12] ids (the default) match.
-ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
-# Device names Windows refuses as file names (with any extension).
-_RESERVED = {"con", "prn", "aux", "nul"} | {f"{p}{d}" for p in ("com", "lpt") for d in range(1, 10)}
 TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".json"
 TEMP_PATTERN = re.compile(r"\.tmp-[A-Za-z0-9_]+\.json")  # what tempfile.mkstemp makes for save()
 #: A temporary older than this is a killed save's leftover: a live save renames its own in well
@@ -43,11 +45,6 @@ BACKUP_SUFFIX = ".unreadable"
 
 class InvalidConversationId(ValueError):
     """An id that is not safe to use as a file name in the store."""
-
-
-def is_valid_id(conversation_id: object) -> bool:
-    return (isinstance(conversation_id, str) and ID_PATTERN.fullmatch(conversation_id) is not None
-            and conversation_id.lower() not in _RESERVED)
 
 
 @dataclass
@@ -120,18 +117,15 @@ class ConversationStore:
         """Newest first. Files that fail validation are set aside (see ``set_aside``) and skipped."""
         self.remove_stale_temporaries()
         out, set_aside = [], []
-        for path in sorted(self.directory.glob("*.json")):
-            if path.name.startswith("."):
-                continue  # temporaries of saves in progress, and hidden files that are not ours
-            if path.is_symlink() or not path.is_file():
-                log.warning("not loading %s: not a regular file", path.name)
-                continue
-            try:
-                out.append(self._load(path))
-            except FileNotFoundError:
+        for found in read_conversation_files(self.directory):
+            if isinstance(found.error, NotARegularFile):
+                log.warning("not loading %s: not a regular file", found.path.name)
+            elif isinstance(found.error, FileNotFoundError):
                 continue  # another instance deleted it meanwhile
-            except (OSError, ValueError) as exc:  # SchemaError, JSONFileError, json and UTF-8 errors are ValueErrors
-                set_aside.append(self._set_aside(path, str(exc)))
+            elif found.error is not None:
+                set_aside.append(self._set_aside(found.path, str(found.error)))
+            else:
+                out.append(self._conversation(found))
         self.set_aside = tuple(set_aside)
         return sorted(out, key=lambda c: c.updated, reverse=True)
 
@@ -170,13 +164,17 @@ class ConversationStore:
 
     # --- internals ----------------------------------------------------------------------------
     def _load(self, path: Path) -> Conversation:
-        conversation_id = path.stem
-        if not is_valid_id(conversation_id):
-            raise SchemaError(f"the file name is not a conversation id (letters, digits, '-', '_'): {path.name!r}")
-        raw = validate(json_files.load(path))
+        found = read_conversation_file(path)
+        if found.error is not None:
+            raise found.error
+        return self._conversation(found)
+
+    @staticmethod
+    def _conversation(found: ConversationFile) -> Conversation:
+        conversation_id, raw = found.path.stem, found.raw
         claimed = raw.get("id", conversation_id)
         if claimed != conversation_id:
-            log.warning("conversation %s says its id is %r: ignored, the file name is the id", path.name, claimed)
+            log.warning("conversation %s says its id is %r: ignored, the file name is the id", found.path.name, claimed)
         known = {k: raw[k] for k in _FIELDS if k in raw and k != "id"}
         extra = {k: v for k, v in raw.items() if k not in _FIELDS}
         return Conversation(id=conversation_id, **known, extra=extra)

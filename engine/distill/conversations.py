@@ -13,10 +13,9 @@ skipped.
 The files are the app's conversation store (one JSON file a conversation: "messages" with each
 turn's "role", "content" and attached files, "system_prompt", "updated"); the app hands over the
 conversations it has loaded and validated instead. Read here as the app reads them, since a folder
-can hold anything: bounded (engine.core.bounded_json: only regular files, up to MAX_FILE_BYTES,
-nesting counted before parsing) and checked against the store's own schema
-(engine.session.conversation_schema); a file that is not a conversation is skipped and counted,
-never fatal.
+can hold anything: through the store's own walk (engine.session.conversation_files: regular
+files named by a conversation id, bounded before parsing, checked against the store's schema); a
+file the app would set aside is skipped here and counted, never fatal.
 """
 from __future__ import annotations
 
@@ -24,16 +23,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.core import bounded_json
-from engine.session.conversation_schema import validate
+from engine.session.conversation_files import read_conversation_files
 from engine.session.saved_turns import model_turn
 
 #: Messages of saved chats answered at most, and a prompt's length at most (`tandem distill`'s
 #: and the app's defaults).
 CONVERSATION_TURNS = 64
 PROMPT_TOKENS = 2048
-#: A conversation file larger than this is skipped: far more than a context window of text.
-MAX_FILE_BYTES = 64 * 2**20
 
 
 @dataclass(frozen=True)
@@ -49,16 +45,11 @@ def read_folder(folder: Path) -> SavedConversations:
     """The conversations saved in ``folder`` (the app's store), newest first."""
     found: list[tuple[float, list[dict]]] = []
     skipped = 0
-    for path in sorted(Path(folder).glob("*.json")):
-        if path.name.startswith("."):
-            continue  # a save in progress
-        try:
-            if path.is_symlink():  # as the app's store: a link is not one of its own files
-                raise ValueError("a link")
-            raw = validate(bounded_json.load(path, MAX_FILE_BYTES))
-            found.append((raw["updated"], model_messages(raw)))
-        except (OSError, ValueError):  # JSONFileError and SchemaError are ValueErrors
+    for saved in read_conversation_files(folder):  # the store's own walk: the same files refused
+        if saved.raw is None:
             skipped += 1
+        else:
+            found.append((saved.raw["updated"], model_messages(saved.raw)))
     found.sort(key=lambda item: item[0], reverse=True)
     return SavedConversations(tuple(messages for _, messages in found), skipped)
 

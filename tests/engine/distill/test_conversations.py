@@ -67,10 +67,11 @@ def test_a_folder_of_saved_chats_reads_as_the_model_reads_them(tmp_path):
     write(tmp_path, ".tmp-save.json", newer)  # a save in progress: not a file of its own yet
     write(tmp_path, "notes.txt", "not a conversation")
     os.symlink(tmp_path / "a1.json", tmp_path / "link.json")  # a link is not the store's own file
+    write(tmp_path, "my chat.json", newer)  # not a conversation id: the app sets it aside
 
     found = read_folder(tmp_path)
 
-    assert found.skipped == 5  # broken, wrong, deep, odd, link
+    assert found.skipped == 6  # broken, wrong, deep, odd, link, my chat
     first, second = found.conversations  # newest first
     assert [m["role"] for m in first] == ["user", "assistant", "assistant", "tool"]
     assert first[2]["tool_calls"][0]["function"]["name"] == "clock"
