@@ -319,15 +319,26 @@ def speculative_decode(
             if cancel():
                 yield run.finish("cancelled")
                 return
-            k = controller.plan(budget=run.output.max_new_tokens - len(run.output.token_ids))
+            budget = run.output.max_new_tokens - len(run.output.token_ids)
+            k = controller.plan(budget=budget)
+            # With speculation off, prompt lookup (where it drafts beside the model) may still
+            # verify a guess: it costs no drafter step.
+            lookup_alone = 0
+            guess_while_off = getattr(drafter, "guess_while_off", None)
+            if k == 0 and controller.pass_was_off and guess_while_off is not None and budget > 1:
+                lookup_alone = guess_while_off(run.context, min(controller.max_k, budget - 1), controller.cost_in_plain_passes)
             deferred_s = 0.0
             if prefill_deferred and k > 0:
                 deferred_s, prefill_deferred = _timed(drafter.prepare, run.context), False
-            step = speculate_step(target, drafter, run.context, k, run.sampler, run.constraint, len(run.unread(target)))
-            controller.settle(step.drafted, step.n_accepted, step.verify_s, step.draft_s, requested=k,
-                              catch_up_s=drafter.catch_up_s, deferred_prefill_s=deferred_s)
+            step = speculate_step(target, drafter, run.context, k or lookup_alone, run.sampler, run.constraint,
+                                  len(run.unread(target)))
+            if lookup_alone:
+                controller.lookup_pass(step.n_accepted + 1)
+            else:
+                controller.settle(step.drafted, step.n_accepted, step.verify_s, step.draft_s, requested=k,
+                                  catch_up_s=drafter.catch_up_s, deferred_prefill_s=deferred_s)
             run.stats.add_pass(step.drafted, step.n_accepted, step.draft_s + deferred_s, step.verify_s,
-                               off=controller.pass_was_off)
+                               off=controller.pass_was_off and not lookup_alone)
             yield from run.emit(step.block, [True] * step.n_accepted + [False], step.drafted, step.n_accepted,
                                 step.draft_s + deferred_s + step.verify_s)
             yield from run.emit_forced()

@@ -273,6 +273,23 @@ class DraftLengthController:
         v1 = self._v1 if self._v1 is not None else 0.1 * v0
         return v0 + v1 * k
 
+    def cost_in_plain_passes(self, k: int) -> float:
+        """v(k) / v(0): what a pass verifying k drafts costs, in one-token passes."""
+        return self.verify_cost(k) / self.verify_cost(0)
+
+    def lookup_pass(self, tokens: int) -> None:
+        """A pass prompt lookup drafted while speculation was off (free drafts, not this
+        controller's to plan or measure): its tokens count as decoded while off, which a
+        drafter that reads the target's states catches up on when it next drafts, and toward
+        the wait before the next probe. Without that, lookup guessing on every off pass kept
+        probes from ever running, and a request whose text turned predictable for the model
+        never switched speculation back on (an edit request, 512 tokens: 1.90x -> 1.54x)."""
+        self._off_since_draft += tokens
+        self._off_steps += tokens
+        if self._off_steps >= self._wait:
+            self._off_steps = 0
+            self.k = 1  # probe, as after as many plain passes
+
     def expected_speedup(self, k: int, acceptance: float | None = None) -> float:
         a = min(self.acceptance if acceptance is None else acceptance, 0.999)
         tokens = (1 - a ** (k + 1)) / (1 - a)

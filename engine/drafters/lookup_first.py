@@ -24,6 +24,7 @@ deterministic (q is one-hot, which the verifier handles) and every token is veri
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import torch
 
@@ -46,6 +47,11 @@ def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -
             return n, context[start : start + k]
     return 0, []
 
+
+
+#: While speculation is off, a lookup guess is verified where its expected tokens per pass beat
+#: a plain pass by this factor (what the wider pass costs, measured, is already counted).
+OFF_MARGIN = 1.1
 
 
 class LookupFirstDrafter(DrafterBase):
@@ -98,6 +104,7 @@ class LookupFirstDrafter(DrafterBase):
         return self.model.keep_prefix(n)
 
     def _new_request(self) -> None:
+        self._held_guess: list[int] | None = None  # guess_while_off's whole guess, for the next propose
         self.catch_up_s = 0.0  # the model drafter's, for the pass it drafted (see DraftModelDrafter)
         self.lookup_score = self.lookup_prior  # decayed mean of tokens a lookup guess got right
         self.model_score = self.prior  # decayed mean of model draft tokens accepted
@@ -118,8 +125,15 @@ class LookupFirstDrafter(DrafterBase):
 
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         self._score_previous(context)
+        held, self._held_guess = self._held_guess, None
         if k <= 0:
             return Draft(())
+        if held:
+            # Verify k of the guess but score all of it: a guess verified whole can then be
+            # credited the target's next token too, so its record can grow past its length.
+            self.lookup_steps += 1
+            self._pending = (len(context), held, tuple(held[:k]), True)
+            return Draft(tuple(held[:k]))
         n, guess = longest_match_continuation(context, k)
         if n < self.min_match:
             guess = []
@@ -139,6 +153,24 @@ class LookupFirstDrafter(DrafterBase):
         self.model_steps += 1
         self._pending = (len(context), guess, draft.tokens, False)
         return draft
+
+    def guess_while_off(self, context: list[int], k: int, cost: Callable[[int], float]) -> int:
+        """While the draft-length controller has speculation switched off (the model's drafts did
+        not pay): how many of lookup's guessed tokens the next pass verifies, 0 for a plain pass.
+        A guess costs no drafter step, only the wider verification (``cost(j)``: a pass that
+        verifies j drafts, in plain passes), so it is drafted where lookup's record of tokens
+        right per guess pays for that by OFF_MARGIN; the next ``propose`` returns it. A guess not
+        drafted is scored all the same, so the record follows the text while speculation is off."""
+        self._score_previous(context)
+        n, guess = longest_match_continuation(context, k)
+        if n < self.min_match or not guess:
+            return 0
+        gain, best = max(((min(self.lookup_score, j) + 1) / cost(j), j) for j in range(1, len(guess) + 1))
+        if gain > OFF_MARGIN:
+            self._held_guess = guess
+            return best
+        self._pending = (len(context), guess, (), False)
+        return 0
 
     def observe(self, valid_length: int) -> None:
         if self._model_prepared:  # else its next prepare() reads the context anyway

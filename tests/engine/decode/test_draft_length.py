@@ -363,3 +363,28 @@ def test_costs_that_never_pay_are_measured_again_only_every_few_requests():
         probed.append(off < passes)
         known = ctrl.measured()
     assert sum(probed) <= 3 and any(probed)
+
+
+def test_lookup_passes_while_off_count_toward_the_next_probe():
+    """Tokens that prompt lookup verified while speculation was off count as off steps: the
+    probe comes after as many tokens as it would after plain passes, so a request whose text
+    turns predictable for the model can still switch speculation back on."""
+    def switched_off():
+        ctrl = feed(DraftLengthController(max_k=8, probe_every=8), 30, 0.0, 1.0, 0.6, 1.0)
+        assert ctrl.next_k() == 0 and ctrl.switched_off
+        return ctrl
+
+    plain = switched_off()
+    plain_steps = 0
+    while plain.next_k() == 0:
+        plain.record(0, 0, 1.0, 0.0, requested=0)
+        plain_steps += 1
+
+    looked_up = switched_off()
+    tokens = 0
+    while looked_up.next_k() == 0:
+        looked_up.lookup_pass(3)  # two guessed tokens right and the target's own
+        tokens += 3
+        assert tokens < 10 * plain_steps, "lookup passes never brought a probe"
+    assert looked_up.next_k() == 1
+    assert plain_steps <= tokens < plain_steps + 3

@@ -1,5 +1,6 @@
 """Prompt lookup drafting in front of a draft model: which source drafts, and that the output
 never changes."""
+import pytest
 import torch
 
 from engine.core.events import Finished
@@ -118,3 +119,64 @@ def test_the_model_reads_the_prompt_only_when_it_first_drafts(tiny_pair):
     other = DraftModelDrafter(drafter_model)
     other.prepare(context)
     assert ours.tokens == other.propose(context, 3, _greedy()).tokens
+
+
+def test_with_speculation_switched_off_lookup_still_verifies_the_guesses_that_pay(tiny_pair):
+    """Seeded costs where the model's drafts do not pay start the request with speculation off;
+    lookup's guesses cost no drafter step, so where its record pays for the wider pass they are
+    verified anyway (the loop asks ``guess_while_off`` on every off pass), and the output is
+    plain decoding's."""
+    from engine.decode.draft_length import MeasuredCosts
+
+    tokenizer, target, drafter_model = tiny_pair
+    prompt = tokenizer("one two three four one two three four one two three four")["input_ids"]
+    settings = DecodeSettings(max_new_tokens=40)
+    plain, _ = run_to_end(plain_decode(ModelRunner(target), tokenizer, prompt, settings, set()))
+    # A draft step dearer than a target pass: no draft length pays, speculation starts off.
+    costs = {"measured": MeasuredCosts(v0=0.05, v1=0.005, draft_step_s=1.0, acceptance=0.0)}
+    drafter = LookupFirstDrafter(DraftModelDrafter(drafter_model), min_match=1, lookup_prior=20.0)
+    asked = []
+    real = drafter.guess_while_off
+    drafter.guess_while_off = lambda *args: asked.append(real(*args)) or asked[-1]
+    result, _ = run_to_end(speculative_decode(ModelRunner(target), drafter, tokenizer, prompt, settings, set(),
+                                              costs=costs))
+    assert result.token_ids == plain.token_ids
+    assert any(j > 0 for j in asked) and drafter.lookup_steps > 0  # a guess verified while off
+    assert result.stats.drafted > 0
+
+
+def test_a_guess_while_off_is_verified_only_where_lookups_record_pays(tiny_pair):
+    """``guess_while_off`` weighs lookup's expected tokens per guess against what the wider
+    pass costs; a guess it does not verify is scored against what the target wrote next."""
+    drafter = LookupFirstDrafter(DraftModelDrafter(tiny_pair[2]), min_match=3, lookup_prior=3.0)
+    passage = list(range(100, 140))
+    context = passage + passage[:5]
+    cost = lambda j: 1.0 + 0.25 * j  # noqa: E731  (a pass of j drafts, in one-token passes)
+    # Three right expected: (3 + 1) / 1.75 for three drafts beats two's 3 / 1.5 and four's 4 / 2.0.
+    assert drafter.guess_while_off(context, 4, cost) == 3
+    assert drafter.propose(context, 3, _greedy()).tokens == tuple(passage[5:8])
+    drafter.observe(len(context) + 3)
+    context = passage + passage[:9]  # all three right, and the target's own
+    assert drafter.lookup_steps == 1 and drafter.model_steps == 0
+
+    doubtful = LookupFirstDrafter(DraftModelDrafter(tiny_pair[2]), min_match=3, lookup_prior=0.1)  # failed guesses
+    assert doubtful.guess_while_off(context, 4, cost) == 0  # (0.1 + 1) / 1.25 < 1.1: a plain pass
+    context = context + [passage[9]]  # the target wrote what lookup guessed
+    doubtful.guess_while_off(context, 4, cost)
+    assert doubtful.lookup_score > 0.1  # the unverified guess was scored
+
+
+def test_a_guess_verified_whole_while_off_is_credited_the_targets_next_token(tiny_pair):
+    """The record decides how much of a guess is verified; scored only on what was verified it
+    could never grow past that length, and the guesses stayed short. The whole guess is scored:
+    where the target's own token continues it, that counts too."""
+    drafter = LookupFirstDrafter(DraftModelDrafter(tiny_pair[2]), min_match=3, lookup_prior=1.0, decay=0.6)
+    passage = list(range(100, 140))
+    context = passage + passage[:5]
+    cost = lambda j: 1.0 + 0.25 * j  # noqa: E731
+    assert drafter.guess_while_off(context, 4, cost) == 1  # (1 + 1) / 1.25 beats two's 2 / 1.5
+    assert drafter.propose(context, 1, _greedy()).tokens == (passage[5],)
+    drafter.observe(len(context) + 1)
+    context = passage + passage[:7]  # the guess's token accepted, and the target's is the guess's next
+    drafter.guess_while_off(context, 4, cost)
+    assert drafter.lookup_score == pytest.approx(0.6 * 1.0 + 0.4 * 2)
