@@ -76,6 +76,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::call_guard<py::gil_scoped_release>());
   m.def("attention_isa", []() { return std::string(tandem_avx2::tile_set_name(tandem_attention::avx512_enabled())); },
         "which partials run: avx512_vnni (16 lanes) or avx2 (8)");
-  m.def("attention_allow_avx512", [](bool on) { tandem_attention::avx512_enabled() = on; },
+  // Allows, never forces: on a CPU without AVX-512 the 16-lane partials stay off whatever a
+  // caller asks (they would stop the process with an illegal instruction). The switch is a
+  // static of an inline function, which the draft decoder's module shares with this one.
+  m.def("attention_allow_avx512", [](bool on) { tandem_attention::avx512_enabled() = on && tandem_avx2::cpu_has_avx512_vnni(); },
         "allow the 16-lane partials where the CPU has AVX-512 (tests compare both on one machine)");
 }

@@ -4,7 +4,7 @@ import torch
 
 from kernels import attention
 from kernels.attention import reference
-from tests.kernels.isa import kernel_in_use, kernel_params
+from tests.kernels.isa import HAS_VNNI, kernel_in_use, kernel_params
 
 
 @pytest.fixture(params=kernel_params(attention.available_backends()))
@@ -133,3 +133,27 @@ def test_a_head_gives_its_bits_whichever_heads_and_rows_share_its_keys(backend, 
             alone = attention.causal_attention(q[:, h : h + 1, i : i + 1], k[:, g : g + 1, :visible],
                                                v[:, g : g + 1, :visible], 0.088)
             assert torch.equal(alone[0, 0, 0], together[0, i, h]), (i, h)
+
+
+@pytest.mark.skipif("cpu_avx2" not in attention.available_backends(), reason="needs the compiled attention")
+def test_allowing_sixteen_lanes_never_forces_them_on_a_cpu_without_avx512():
+    """The tile-set switch allows; it must not run AVX-512 code where the CPU has none (a test's
+    restore once turned it on, and the draft decoder, which shares the switch, then stopped the
+    process with an illegal instruction on an AVX2-only CPU). In a child process, since that
+    failure kills the process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from kernels import attention\n"
+        "from kernels.attention import cpu_avx2\n"
+        "attention.use_backend('cpu_avx2')\n"
+        "cpu_avx2._module().attention_allow_avx512(True)\n"
+        "q, k, v = (torch.randn(1, 2, n, 16) for n in (3, 40, 40))\n"
+        "attention.causal_attention(q, k, v, 0.25)\n"
+        "print(cpu_avx2._module().attention_isa())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == ("avx512_vnni" if HAS_VNNI else "avx2")
