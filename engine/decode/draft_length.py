@@ -285,10 +285,16 @@ class DraftLengthController:
         probes from ever running, and a request whose text turned predictable for the model
         never switched speculation back on (an edit request, 512 tokens: 1.90x -> 1.54x)."""
         self._off_since_draft += tokens
-        self._off_steps += tokens
-        if self._off_steps >= self._wait:
-            self._off_steps = 0
-            self.k = 1  # probe, as after as many plain passes
+        self.k = self._count_off_steps(tokens)  # 1 (a probe) as after as many plain passes
+
+    def _count_off_steps(self, steps: int) -> int:
+        """Count ``steps`` toward the wait before the next probe: the k of the next pass, 1 (a
+        probe) once the wait is over, else 0."""
+        self._off_steps += steps
+        if self._off_steps < self._wait:
+            return 0
+        self._off_steps = 0
+        return 1  # probe: acceptance may have risen since speculation was switched off
 
     def expected_speedup(self, k: int, acceptance: float | None = None) -> float:
         a = min(self.acceptance if acceptance is None else acceptance, 0.999)
@@ -303,11 +309,7 @@ class DraftLengthController:
             self._calibrated = True
             return self.initial_k
         if previous == 0:
-            self._off_steps += 1
-            if self._off_steps < self._wait:
-                return 0
-            self._off_steps = 0
-            return 1  # probe: acceptance may have risen since speculation was switched off
+            return self._count_off_steps(1)
         failed_probe = self._probing and n_accepted == 0  # while off, drafting steps are probes
         best_k, best_s = 0, 1.0
         for k in range(1, self.max_k + 1):
