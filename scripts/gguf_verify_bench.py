@@ -3,9 +3,11 @@ decoding uses (GgufRunner), after a given number of cached tokens; and a prefill
 Kernel variants alternate in one process, so that all see the same machine load:
 
     python scripts/gguf_verify_bench.py [--cached 256 4096] [--verify-rows 5] [--prefill 512]
-        [--without-amx] [--baseline-rev HEAD]
+        [--without-amx] [--file-layout] [--baseline-rev HEAD]
 
 ``--without-amx``: also time the working tree with its AMX tiles off (the VNNI tiles instead);
+``--file-layout``: also time the working tree's AVX2 tiles on the file's rows, not the Q4_K
+layout they pack at load (only where the AVX2 tiles run: a CPU without AVX-512 VNNI);
 ``--amx-rows``: the row count from which the working tree takes them (to choose where they pay);
 ``--baseline-rev``: also time the GGUF kernel sources of that git revision (compiled under
 another name, see gguf_speculation_bench.baseline_module). Prints medians in ms (prefill in
@@ -48,6 +50,8 @@ def main() -> None:
     parser.add_argument("--prefill", type=int, default=512, help="prefill chunk rows (0: none)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--without-amx", action="store_true", help="also time the working tree's VNNI tiles alone")
+    parser.add_argument("--file-layout", action="store_true",
+                        help="also time the working tree's AVX2 tiles on the file's layout (not the packed Q4_K)")
     parser.add_argument("--baseline-rev", help="also time the GGUF kernels of this git revision")
     parser.add_argument("--amx-rows", type=int, default=0,
                         help="input rows from which the working tree takes the AMX tiles (default: its own choice)")
@@ -61,6 +65,8 @@ def main() -> None:
     variants = {"working tree": (tree, True)}
     if args.without_amx:
         variants["working tree, AMX off"] = (tree, False)
+    if args.file_layout:
+        variants["working tree, file layout"] = (tree, True)
     if args.baseline_rev:
         from gguf_speculation_bench import baseline_module
 
@@ -71,6 +77,8 @@ def main() -> None:
         cpu_avx2._module = lambda: module
         if hasattr(module, "gguf_allow_amx"):
             module.gguf_allow_amx(amx)
+        if hasattr(module, "gguf_allow_packed"):
+            module.gguf_allow_packed(not name.endswith("file layout"))
         return module.gguf_isa()
 
     tiles = {name: use(name) for name in variants}

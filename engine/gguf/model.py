@@ -173,7 +173,12 @@ def _replace(file: GgufFile, processor, module: nn.Module, weight: GgufTensor, b
     if not weight.quantized:
         return DenseLinear(_dense(file, processor, weight, expected), bias_values)
     qtype = gguf_linear.T[weight.type_name]
-    return GgufLinear(weight.data, qtype, *expected, bias=bias_values, out_order=order)
+    linear = GgufLinear(weight.data, qtype, *expected, bias=bias_values, out_order=order)
+    if linear.weight_blocks.packed is not None:
+        # The tiles read the copy laid out for them (kernels.gguf_linear); the file's pages of
+        # this matrix were read once to make it and are wanted again only for a row or two.
+        file.release_pages(weight.data)
+    return linear
 
 
 def _row_order(file: GgufFile, processor, weight: GgufTensor) -> torch.Tensor | None:

@@ -13,6 +13,12 @@ the formats (``dequantize`` is bit-identical to gguf-py's numpy one).
 The backend is chosen once, on first use (the compiled one is built then); ``use_backend(name)``
 overrides it (tests, benchmarks). A type the compiled backend does not cover runs on the
 reference.
+
+One exception to "no second copy": where the AVX2 tiles run (CPUs without AVX-512 VNNI),
+``prepare`` lays Q4_K out again in groups of 8 rows (gguf_q4k_rows8_avx2.h, 103% of the bytes):
+on the file's layout those tiles are bound by their arithmetic at about half the memory's rate.
+The file's pages of such a weight are then read only for embedding rows (``release_pages`` of
+the model's file lets them go).
 """
 from __future__ import annotations
 
@@ -33,12 +39,14 @@ available_backends, active_backend, fast_backend, use_backend = package_api(__na
 class GgufWeight:
     """One [N, K] weight in GGUF's block layout, as the file holds it: ``raw`` [N, row_bytes]
     uint8 is the file's own bytes where they came in contiguous (a memory-mapped tensor stays
-    mapped: nothing is copied or repacked)."""
+    mapped: nothing is copied). ``packed``: the same weight laid out for the tiles in use where
+    they have a layout of their own (see the module's docstring), else None."""
 
     raw: torch.Tensor
     qtype: T
     n: int
     k: int
+    packed: torch.Tensor | None = None
 
     @property
     def nbytes(self) -> int:
@@ -56,7 +64,10 @@ def prepare(raw: torch.Tensor, qtype, n: int, k: int) -> GgufWeight:
     if raw.dim() == 1:  # a flat buffer of n rows
         raw = raw.reshape(n, -1)
     check_raw(raw, qtype, n, k)
-    return GgufWeight(raw if raw.is_contiguous() else raw.contiguous(), T(qtype), int(n), int(k))
+    raw = raw if raw.is_contiguous() else raw.contiguous()
+    fast = fast_backend()
+    packed = fast.pack(raw, T(qtype), int(n), int(k)) if fast is not None and hasattr(fast, "pack") else None
+    return GgufWeight(raw, T(qtype), int(n), int(k), packed)
 
 
 def linear(x: torch.Tensor, w: GgufWeight, bias: torch.Tensor | None = None) -> torch.Tensor:

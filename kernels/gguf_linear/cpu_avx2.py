@@ -7,24 +7,34 @@ from pathlib import Path
 import torch
 
 from kernels.build import avx2_extension
-from kernels.gguf_linear.blocks import SUPPORTED_TYPES
+from kernels.gguf_linear.blocks import SUPPORTED_TYPES, T
 
 SOURCE = Path(__file__).with_name("gguf_linear_avx2.cpp")
 TYPES = frozenset(SUPPORTED_TYPES)  # the types these tiles compute (the others run on the reference)
+PACKED_TYPES = frozenset({T.Q4_K})  # the types the AVX2 tiles lay out again (``pack``)
 # -ffp-contract=off: the contract rounds each fp32 product and sum on its own (reference.py).
 available, _module = avx2_extension("tandem_gguf_linear_avx2", lambda: SOURCE, extra_cflags=("-mf16c", "-ffp-contract=off"))
 
 
+_NONE = torch.empty(0)  # no bias, no packed layout
+
+
 def linear(x: torch.Tensor, w, bias: torch.Tensor | None = None) -> torch.Tensor:
-    return _module().linear(x, w.raw, int(w.qtype), w.n, w.k, bias)
-
-
-_NO_BIAS = torch.empty(0)
+    return _module().linear(x, w.raw, _NONE if w.packed is None else w.packed, int(w.qtype), w.n, w.k, bias)
 
 
 def linear_group(x: torch.Tensor, weights, biases) -> torch.Tensor:
-    return _module().linear_group(x, [w.raw for w in weights], [int(w.qtype) for w in weights], [w.n for w in weights],
-                                  weights[0].k, [_NO_BIAS if b is None else b for b in biases])
+    return _module().linear_group(x, [w.raw for w in weights], [_NONE if w.packed is None else w.packed for w in weights],
+                                  [int(w.qtype) for w in weights], [w.n for w in weights], weights[0].k,
+                                  [_NONE if b is None else b for b in biases])
+
+
+def pack(raw: torch.Tensor, qtype, n: int, k: int) -> torch.Tensor | None:
+    """The weight laid out again for the AVX2 tiles (Q4_K, in groups of 8 rows) where those run
+    (no AVX-512 VNNI here, or not allowed); None where the file's layout is what runs."""
+    if gguf_isa() != "avx2" or qtype not in PACKED_TYPES:
+        return None
+    return _module().pack(raw, int(qtype), n, k)
 
 
 def gguf_isa() -> str:
@@ -36,6 +46,12 @@ def gguf_isa() -> str:
 def gguf_allow_vnni(on: bool) -> None:
     """Allow the AVX-512 VNNI tiles where the CPU has them (tests run both on one machine)."""
     _module().gguf_allow_vnni(on)
+
+
+def gguf_allow_packed(on: bool) -> None:
+    """Let the AVX2 tiles compute from the layouts ``pack`` made (on by default); off, they read
+    the file's rows (tests and benchmarks compare the two in one process)."""
+    _module().gguf_allow_packed(on)
 
 
 def gguf_allow_prefill(on: bool) -> None:

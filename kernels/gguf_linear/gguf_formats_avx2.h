@@ -196,3 +196,15 @@ struct Q80 : Legacy<34, 0, 0> {
 #include "gguf_tiles.h"  // run, dispatch
 
 }  // namespace tandem_gguf_avx2
+
+#include "gguf_q4k_rows8_avx2.h"
+
+namespace tandem_gguf_avx2 {
+
+inline bool packed_column(int64_t qtype, const Job& job, int64_t t, int64_t M) {
+  if (qtype != tandem_gguf::Q4_K) return false;
+  q4k_rows8::column(job, t, M);
+  return true;
+}
+
+}  // namespace tandem_gguf_avx2

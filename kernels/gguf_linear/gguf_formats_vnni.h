@@ -220,6 +220,9 @@ using Q5K = QK<true>;
 
 #include "gguf_tiles.h"  // run, dispatch
 
+// These tiles compute from the file's layout only.
+inline bool packed_column(int64_t, const Job&, int64_t, int64_t) { return false; }
+
 }  // namespace tandem_gguf_vnni
 
 #pragma GCC pop_options

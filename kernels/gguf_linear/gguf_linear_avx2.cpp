@@ -8,6 +8,7 @@
 // the contract (and torch) rounds twice.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <sys/mman.h>
 
 #include "avx2_common.h"
 #include "gguf_inputs.h"
@@ -64,7 +65,55 @@ inline bool use_prefill(bool vnni, int64_t qtype, int64_t M) {
 
 inline const char* isa_name() { return use_amx_tiles(vnni_enabled()) ? "amx_int8" : tandem_avx2::tile_set_name(vnni_enabled()); }
 
-torch::Tensor linear(torch::Tensor x, torch::Tensor raw, int64_t qtype, int64_t N, int64_t K, c10::optional<torch::Tensor> bias) {
+// Whether the AVX2 tiles compute from the packed layouts they are given; tests and benchmarks
+// turn it off to compare with the file's layout in one process.
+inline bool& packed_enabled() {
+  static bool on = true;
+  return on;
+}
+
+// The weight laid out again for the AVX2 tiles (``pack``) where they run and one was made: null
+// otherwise (the VNNI and AMX tiles read the file's rows).
+inline const uint8_t* packed_for_avx2(const torch::Tensor& packed, bool vnni, int64_t qtype, int64_t N, int64_t K) {
+  if (vnni || !packed_enabled() || !packed.defined() || packed.numel() == 0) return nullptr;
+  TORCH_CHECK(qtype == Q4_K && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                  packed.numel() == (N + 7) / 8 * (K / 256) * tandem_gguf_avx2::q4k_rows8::kGroupBytes,
+              "gguf linear: a packed weight must be pack()'s output for this Q4_K weight");
+  return packed.data_ptr<uint8_t>();
+}
+
+// Asks the OS for 2 MB pages over [p, p + bytes), before it is first written: the tiles stream
+// the weights in order, and the hardware's prefetchers stop at every 4 KB page.
+inline void huge_pages(uint8_t* p, int64_t bytes) {
+#ifdef MADV_HUGEPAGE
+  constexpr uintptr_t kHuge = 2 << 20;
+  const uintptr_t start = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > start) madvise(reinterpret_cast<void*>(start), end - start, MADV_HUGEPAGE);  // advice only: failure is harmless
+#endif
+}
+
+// Q4_K rows [N, row_bytes] -> the interleaved layout of gguf_q4k_rows8_avx2.h; an empty tensor for
+// a type that has none.
+torch::Tensor pack(torch::Tensor raw, int64_t qtype, int64_t N, int64_t K) {
+  if (qtype != Q4_K) return torch::empty({0}, torch::kUInt8);
+  TORCH_CHECK(K % 256 == 0 && raw.scalar_type() == at::kByte && raw.dim() == 2 && raw.size(0) == N &&
+                  raw.size(1) == K / 256 * 144 && raw.is_contiguous(),
+              "gguf pack: raw Q4_K weights must be contiguous uint8 [N, K / 256 * 144]");
+  namespace rows8 = tandem_gguf_avx2::q4k_rows8;
+  const int64_t groups = (N + 7) / 8, blocks = K / 256;
+  auto out = torch::empty({groups, blocks * rows8::kGroupBytes}, torch::kUInt8);
+  huge_pages(out.data_ptr<uint8_t>(), out.numel());
+  const uint8_t* W = raw.data_ptr<uint8_t>();
+  uint8_t* O = out.data_ptr<uint8_t>();
+  at::parallel_for(0, groups, 16, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) rows8::pack_group(W, raw.size(1), N, 8 * g, blocks, O + g * blocks * rows8::kGroupBytes);
+  });
+  return out;
+}
+
+torch::Tensor linear(torch::Tensor x, torch::Tensor raw, torch::Tensor packed, int64_t qtype, int64_t N, int64_t K,
+                     c10::optional<torch::Tensor> bias) {
   const bool kquant = qtype == Q4_K || qtype == Q5_K || qtype == Q6_K;
   const int64_t QB = kquant ? 256 : 32;
   TORCH_CHECK(x.size(-1) == K && K % QB == 0, "gguf linear: input width must be the weight's, a multiple of its block");
@@ -98,7 +147,8 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor raw, int64_t qtype, int64_t 
   } else {
     done = vnni
         ? tandem_gguf_vnni::dispatch(qtype, tandem_gguf_vnni::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N}, M)
-        : tandem_gguf_avx2::dispatch(qtype, tandem_gguf_avx2::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N}, M);
+        : tandem_gguf_avx2::dispatch(qtype, tandem_gguf_avx2::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N,
+                                                                     packed_for_avx2(packed, vnni, qtype, N, K)}, M);
   }
   TORCH_CHECK(done, "gguf linear: unsupported type ", qtype);
   return out.to(x.scalar_type()).reshape(out_shape);
@@ -108,13 +158,13 @@ inline bool is_kquant(int64_t qtype) { return qtype == Q4_K || qtype == Q5_K || 
 
 // The jobs of ``linear_group`` on one tile set, run in one parallel region.
 template <class Job>
-bool run_jobs(const std::vector<torch::Tensor>& raws, const std::vector<int64_t>& qtypes, const std::vector<int64_t>& ns,
-              const std::vector<const float*>& biases, const std::vector<const Inputs*>& inputs, float* O, int64_t ldo,
-              int64_t M, bool (*run)(const Job*, const int64_t*, int64_t, int64_t)) {
+bool run_jobs(const std::vector<torch::Tensor>& raws, const std::vector<const uint8_t*>& packed, const std::vector<int64_t>& qtypes,
+              const std::vector<int64_t>& ns, const std::vector<const float*>& biases, const std::vector<const Inputs*>& inputs,
+              float* O, int64_t ldo, int64_t M, bool (*run)(const Job*, const int64_t*, int64_t, int64_t)) {
   std::vector<Job> jobs;
   int64_t column = 0;
   for (size_t j = 0; j < raws.size(); ++j) {
-    jobs.push_back(Job{raws[j].data_ptr<uint8_t>(), raws[j].size(1), ns[j], inputs[j], biases[j], O + column, ldo});
+    jobs.push_back(Job{raws[j].data_ptr<uint8_t>(), raws[j].size(1), ns[j], inputs[j], biases[j], O + column, ldo, packed[j]});
     column += ns[j];
   }
   return run(jobs.data(), qtypes.data(), static_cast<int64_t>(jobs.size()), M);
@@ -124,11 +174,12 @@ bool run_jobs(const std::vector<torch::Tensor>& raws, const std::vector<int64_t>
 // their outputs side by side in one [.., sum N] tensor, each bit for bit what ``linear`` gives.
 // The input is quantized once per block layout and all the weights' tiles share one parallel
 // region. biases: an empty tensor for none.
-torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std::vector<int64_t> qtypes,
-                           std::vector<int64_t> ns, int64_t K, std::vector<torch::Tensor> biases) {
+torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std::vector<torch::Tensor> packs,
+                           std::vector<int64_t> qtypes, std::vector<int64_t> ns, int64_t K, std::vector<torch::Tensor> biases) {
   const size_t count = raws.size();
-  TORCH_CHECK(count >= 1 && count <= 8 && qtypes.size() == count && ns.size() == count && biases.size() == count,
-              "gguf linear group: 1 to 8 weights, each with its type, rows and bias");
+  TORCH_CHECK(count >= 1 && count <= 8 && qtypes.size() == count && ns.size() == count && biases.size() == count &&
+                  packs.size() == count,
+              "gguf linear group: 1 to 8 weights, each with its type, rows, packed layout and bias");
   TORCH_CHECK(x.size(-1) == K, "gguf linear group: input width must be the weights'");
   int64_t total = 0;
   std::vector<torch::Tensor> bias_f(count);
@@ -170,13 +221,15 @@ torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std
     }
     inputs[j] = &layouts[which];
   }
+  std::vector<const uint8_t*> packed(count, nullptr);  // the AVX2 tiles' own layout, where they run on it
+  for (size_t j = 0; j < count; ++j) packed[j] = packed_for_avx2(packs[j], vnni, qtypes[j], ns[j], K);
   const bool done = amx
-      ? run_jobs<tandem_gguf_vnni::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_amx::amx_group)
+      ? run_jobs<tandem_gguf_vnni::Job>(raws, packed, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_amx::amx_group)
       : prefill
-      ? run_jobs<tandem_gguf_vnni::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_vnni::prefill_group)
+      ? run_jobs<tandem_gguf_vnni::Job>(raws, packed, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_vnni::prefill_group)
       : vnni
-      ? run_jobs<tandem_gguf_vnni::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_vnni::run_group)
-      : run_jobs<tandem_gguf_avx2::Job>(raws, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_avx2::run_group);
+      ? run_jobs<tandem_gguf_vnni::Job>(raws, packed, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_vnni::run_group)
+      : run_jobs<tandem_gguf_avx2::Job>(raws, packed, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_avx2::run_group);
   TORCH_CHECK(done, "gguf linear group: a type these tiles do not cover");
   return out.to(x.scalar_type()).reshape(out_shape);
 }
@@ -190,6 +243,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_group", &tandem_gguf::linear_group,
         "several GGUF-block linears on one input, outputs side by side, in one parallel region",
         py::call_guard<py::gil_scoped_release>());
+  m.def("pack", &tandem_gguf::pack, "Q4_K rows laid out in groups of 8 for the AVX2 tiles (empty for other types)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("gguf_allow_packed", [](bool on) { tandem_gguf::packed_enabled() = on; },
+        "let the AVX2 tiles compute from the packed layouts they are given (tests compare with the file's layout)");
   m.def("gguf_isa", []() { return std::string(tandem_gguf::isa_name()); },
         "which tiles run: amx_int8 (Q4_K / Q6_K against many rows; the rest avx512_vnni), avx512_vnni or avx2");
   m.def("gguf_allow_vnni", [](bool on) { tandem_gguf::vnni_enabled() = on; },

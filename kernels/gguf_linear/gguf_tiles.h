@@ -67,7 +67,13 @@ struct Job {
   const float* B;  // bias [N] or null
   float* O;        // [M][ldo]: row m's N outputs at O + m * ldo
   int64_t ldo;     // N, or more where several weights' outputs share one row (run_group)
+  const uint8_t* P = nullptr;  // the same weight laid out again at load for this tile set, or null
 };
+
+// A tile set that lays a type out again at load (gguf_q4k_rows8_avx2.h) computes a job whose
+// weights it packed (job.P) on its own tiles: tile t (weight rows 8t .. 8t+7) against M input
+// rows; false where it packs no such type.
+inline bool packed_column(int64_t qtype, const Job& job, int64_t t, int64_t M);
 
 template <class F, int MR>
 inline void tile(const Job& job, int64_t n0, int64_t m0, bool prefetch) {
@@ -178,6 +184,7 @@ inline void run(const Job& job, int64_t M) {
 // column<F> for a GGUF type; false for a type these tiles do not cover.
 inline bool column_of(int64_t qtype, const Job& job, int64_t t, int64_t M) {
   using namespace tandem_gguf;
+  if (job.P) return packed_column(qtype, job, t, M);
   switch (qtype) {
     case Q4_0: column<Q40>(job, t, M); return true;
     case Q4_1: column<Q41>(job, t, M); return true;
@@ -225,6 +232,7 @@ inline bool run_group(const Job* jobs, const int64_t* qtypes, int64_t count, int
 // Runs ``job`` for a GGUF type; false for a type these tiles do not cover.
 inline bool dispatch(int64_t qtype, const Job& job, int64_t M) {
   using namespace tandem_gguf;
+  if (job.P) return run_group(&job, &qtype, 1, M);
   switch (qtype) {
     case Q4_0: run<Q40>(job, M); return true;
     case Q4_1: run<Q41>(job, M); return true;

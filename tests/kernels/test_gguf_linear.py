@@ -342,6 +342,46 @@ def test_amx_tiles_switch_off(kernel):
     assert cpu_avx2.gguf_isa() == (kernel.partition("/")[2] or "avx2")
 
 
+def test_avx2_tiles_lay_q4k_out_again_and_keep_its_bits(kernel):
+    """Where the AVX2 tiles run, ``prepare`` makes Q4_K's interleaved copy (groups of 8 rows; a
+    partial last group) and only Q4_K's; computing from it gives the file layout's bits and the
+    reference's, for every row count (every tile shape and chunking), alone and in a group beside
+    other types. Where VNNI tiles run, no copy is made (they read the file's rows)."""
+    from kernels.gguf_linear import cpu_avx2
+
+    if not kernel.startswith("cpu_avx2"):
+        pytest.skip("the compiled backend only")
+    n, k = 37, 768
+    raw = random_raw(T.Q4_K, n, k, seed=41)
+    w = gguf_linear.prepare(raw, T.Q4_K, n, k)
+    others = [gguf_linear.prepare(random_raw(t, 11, k, seed=int(t)), t, 11, k) for t in (T.Q6_K, T.Q5_0)]
+    if kernel != "cpu_avx2":
+        assert w.packed is None
+        return
+    assert w.packed is not None and w.packed.numel() == 5 * 3 * 1184  # 5 groups of 8 rows, 3 blocks
+    assert all(o.packed is None for o in others)
+    x, bias = _inputs(20, k, seed=5), torch.randn(n)
+    want = reference.linear(x, raw, T.Q4_K, n, k, bias)
+    cpu_avx2.gguf_allow_packed(False)
+    try:
+        file_layout = [gguf_linear.linear(x[:m], w, bias) for m in range(1, 21)]
+        group_file = gguf_linear.linear_group(x, [others[0], w, others[1]], [None, bias, None])
+    finally:
+        cpu_avx2.gguf_allow_packed(True)
+    for m in range(1, 21):
+        packed = gguf_linear.linear(x[:m], w, bias)
+        assert torch.equal(packed, file_layout[m - 1]) and torch.equal(packed, want[:m]), m
+    group = gguf_linear.linear_group(x, [others[0], w, others[1]], [None, bias, None])
+    assert torch.equal(group, group_file) and torch.equal(group[:, 11:11 + n], want)
+    # Many rows (a prefill chunk) too.
+    many = _inputs(70, k, seed=6)
+    assert torch.equal(gguf_linear.linear(many, w), reference.linear(many, raw, T.Q4_K, n, k))
+    # A copy that is not this weight's is refused, not read past its end.
+    short = gguf_linear.GgufWeight(raw, T.Q4_K, n, k, w.packed[:4])
+    with pytest.raises(RuntimeError, match="pack"):
+        gguf_linear.linear(x[:1], short)
+
+
 def test_leading_dimensions_and_dtype_are_kept():
     raw = random_raw(T.Q4_K, 8, 256, seed=1)
     w = gguf_linear.prepare(raw, T.Q4_K, 8, 256)
