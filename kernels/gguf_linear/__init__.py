@@ -15,8 +15,9 @@ overrides it (tests, benchmarks). A type the compiled backend does not cover run
 reference.
 
 One exception to "no second copy": where the AVX2 tiles run (CPUs without AVX-512 VNNI),
-``prepare`` lays Q4_K out again in groups of 8 rows (gguf_q4k_rows8_avx2.h, 103% of the bytes):
-on the file's layout those tiles are bound by their arithmetic at about half the memory's rate.
+``prepare`` lays Q4_K and Q6_K out again in groups of 8 rows (gguf_rows8_avx2.h, 103% and 100%
+of the bytes): on the file's layout those tiles are bound by their arithmetic, Q4_K's at about
+half the memory's rate.
 The file's pages of such a weight are then read only for embedding rows (``release_pages`` of
 the model's file lets them go).
 """

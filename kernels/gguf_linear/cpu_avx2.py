@@ -11,7 +11,7 @@ from kernels.gguf_linear.blocks import SUPPORTED_TYPES, T
 
 SOURCE = Path(__file__).with_name("gguf_linear_avx2.cpp")
 TYPES = frozenset(SUPPORTED_TYPES)  # the types these tiles compute (the others run on the reference)
-PACKED_TYPES = frozenset({T.Q4_K})  # the types the AVX2 tiles lay out again (``pack``)
+PACKED_TYPES = frozenset({T.Q4_K, T.Q6_K})  # the types the AVX2 tiles lay out again (``pack``)
 # -ffp-contract=off: the contract rounds each fp32 product and sum on its own (reference.py).
 available, _module = avx2_extension("tandem_gguf_linear_avx2", lambda: SOURCE, extra_cflags=("-mf16c", "-ffp-contract=off"))
 
@@ -30,7 +30,7 @@ def linear_group(x: torch.Tensor, weights, biases) -> torch.Tensor:
 
 
 def pack(raw: torch.Tensor, qtype, n: int, k: int) -> torch.Tensor | None:
-    """The weight laid out again for the AVX2 tiles (Q4_K, in groups of 8 rows) where those run
+    """The weight laid out again for the AVX2 tiles (Q4_K, Q6_K: in groups of 8 rows) where those run
     (no AVX-512 VNNI here, or not allowed); None where the file's layout is what runs."""
     if gguf_isa() != "avx2" or qtype not in PACKED_TYPES:
         return None

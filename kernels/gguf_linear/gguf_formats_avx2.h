@@ -197,14 +197,16 @@ struct Q80 : Legacy<34, 0, 0> {
 
 }  // namespace tandem_gguf_avx2
 
-#include "gguf_q4k_rows8_avx2.h"
+#include "gguf_rows8_avx2.h"
 
 namespace tandem_gguf_avx2 {
 
 inline bool packed_column(int64_t qtype, const Job& job, int64_t t, int64_t M) {
-  if (qtype != tandem_gguf::Q4_K) return false;
-  q4k_rows8::column(job, t, M);
-  return true;
+  switch (qtype) {
+    case tandem_gguf::Q4_K: rows8::column<rows8::Q4K>(job, t, M); return true;
+    case tandem_gguf::Q6_K: rows8::column<rows8::Q6K>(job, t, M); return true;
+    default: return false;
+  }
 }
 
 }  // namespace tandem_gguf_avx2

@@ -76,9 +76,10 @@ inline bool& packed_enabled() {
 // otherwise (the VNNI and AMX tiles read the file's rows).
 inline const uint8_t* packed_for_avx2(const torch::Tensor& packed, bool vnni, int64_t qtype, int64_t N, int64_t K) {
   if (vnni || !packed_enabled() || !packed.defined() || packed.numel() == 0) return nullptr;
-  TORCH_CHECK(qtype == Q4_K && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-                  packed.numel() == (N + 7) / 8 * (K / 256) * tandem_gguf_avx2::q4k_rows8::kGroupBytes,
-              "gguf linear: a packed weight must be pack()'s output for this Q4_K weight");
+  const int64_t group_bytes = tandem_gguf_avx2::rows8::group_bytes(qtype);
+  TORCH_CHECK(group_bytes > 0 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
+                  packed.numel() == (N + 7) / 8 * (K / 256) * group_bytes,
+              "gguf linear: a packed weight must be pack()'s output for this weight");
   return packed.data_ptr<uint8_t>();
 }
 
@@ -93,23 +94,29 @@ inline void huge_pages(uint8_t* p, int64_t bytes) {
 #endif
 }
 
-// Q4_K rows [N, row_bytes] -> the interleaved layout of gguf_q4k_rows8_avx2.h; an empty tensor for
-// a type that has none.
-torch::Tensor pack(torch::Tensor raw, int64_t qtype, int64_t N, int64_t K) {
-  if (qtype != Q4_K) return torch::empty({0}, torch::kUInt8);
+// Q4_K / Q6_K rows [N, row_bytes] -> the interleaved layout of gguf_rows8_avx2.h; an empty
+// tensor for a type that has none.
+template <class F>
+torch::Tensor pack_as(const torch::Tensor& raw, int64_t N, int64_t K) {
   TORCH_CHECK(K % 256 == 0 && raw.scalar_type() == at::kByte && raw.dim() == 2 && raw.size(0) == N &&
-                  raw.size(1) == K / 256 * 144 && raw.is_contiguous(),
-              "gguf pack: raw Q4_K weights must be contiguous uint8 [N, K / 256 * 144]");
-  namespace rows8 = tandem_gguf_avx2::q4k_rows8;
+                  raw.size(1) == K / 256 * F::kFileBytes && raw.is_contiguous(),
+              "gguf pack: raw weights must be contiguous uint8 [N, K / 256 * block bytes]");
   const int64_t groups = (N + 7) / 8, blocks = K / 256;
-  auto out = torch::empty({groups, blocks * rows8::kGroupBytes}, torch::kUInt8);
+  torch::Tensor out = torch::empty({groups, blocks * F::kGroupBytes}, torch::kUInt8);
   huge_pages(out.data_ptr<uint8_t>(), out.numel());
   const uint8_t* W = raw.data_ptr<uint8_t>();
   uint8_t* O = out.data_ptr<uint8_t>();
   at::parallel_for(0, groups, 16, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g) rows8::pack_group(W, raw.size(1), N, 8 * g, blocks, O + g * blocks * rows8::kGroupBytes);
+    for (int64_t g = g0; g < g1; ++g)
+      tandem_gguf_avx2::rows8::pack_group<F>(W, raw.size(1), N, 8 * g, blocks, O + g * blocks * F::kGroupBytes);
   });
   return out;
+}
+
+torch::Tensor pack(torch::Tensor raw, int64_t qtype, int64_t N, int64_t K) {
+  if (qtype == Q4_K) return pack_as<tandem_gguf_avx2::rows8::Q4K>(raw, N, K);
+  if (qtype == Q6_K) return pack_as<tandem_gguf_avx2::rows8::Q6K>(raw, N, K);
+  return torch::empty({0}, torch::kUInt8);
 }
 
 torch::Tensor linear(torch::Tensor x, torch::Tensor raw, torch::Tensor packed, int64_t qtype, int64_t N, int64_t K,
@@ -243,7 +250,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_group", &tandem_gguf::linear_group,
         "several GGUF-block linears on one input, outputs side by side, in one parallel region",
         py::call_guard<py::gil_scoped_release>());
-  m.def("pack", &tandem_gguf::pack, "Q4_K rows laid out in groups of 8 for the AVX2 tiles (empty for other types)",
+  m.def("pack", &tandem_gguf::pack, "Q4_K / Q6_K rows laid out in groups of 8 for the AVX2 tiles (empty for other types)",
         py::call_guard<py::gil_scoped_release>());
   m.def("gguf_allow_packed", [](bool on) { tandem_gguf::packed_enabled() = on; },
         "let the AVX2 tiles compute from the packed layouts they are given (tests compare with the file's layout)");

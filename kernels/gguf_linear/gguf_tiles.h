@@ -70,7 +70,7 @@ struct Job {
   const uint8_t* P = nullptr;  // the same weight laid out again at load for this tile set, or null
 };
 
-// A tile set that lays a type out again at load (gguf_q4k_rows8_avx2.h) computes a job whose
+// A tile set that lays a type out again at load (gguf_rows8_avx2.h) computes a job whose
 // weights it packed (job.P) on its own tiles: tile t (weight rows 8t .. 8t+7) against M input
 // rows; false where it packs no such type.
 inline bool packed_column(int64_t qtype, const Job& job, int64_t t, int64_t M);

@@ -342,26 +342,31 @@ def test_amx_tiles_switch_off(kernel):
     assert cpu_avx2.gguf_isa() == (kernel.partition("/")[2] or "avx2")
 
 
-def test_avx2_tiles_lay_q4k_out_again_and_keep_its_bits(kernel):
-    """Where the AVX2 tiles run, ``prepare`` makes Q4_K's interleaved copy (groups of 8 rows; a
-    partial last group) and only Q4_K's; computing from it gives the file layout's bits and the
-    reference's, for every row count (every tile shape and chunking), alone and in a group beside
-    other types. Where VNNI tiles run, no copy is made (they read the file's rows)."""
+GROUP_BYTES = {T.Q4_K: 1184, T.Q6_K: 1680}  # a group of 8 rows' super-block, packed
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_avx2_tiles_lay_k_quants_out_again_and_keep_their_bits(kernel, qtype):
+    """Where the AVX2 tiles run, ``prepare`` makes Q4_K's and Q6_K's interleaved copies (groups
+    of 8 rows; a partial last group) and no other type's; computing from them gives the file
+    layout's bits and the reference's, for every row count (every tile shape and chunking), alone
+    and in a group beside other types. Where VNNI tiles run, no copy is made (they read the
+    file's rows)."""
     from kernels.gguf_linear import cpu_avx2
 
     if not kernel.startswith("cpu_avx2"):
         pytest.skip("the compiled backend only")
     n, k = 37, 768
-    raw = random_raw(T.Q4_K, n, k, seed=41)
-    w = gguf_linear.prepare(raw, T.Q4_K, n, k)
-    others = [gguf_linear.prepare(random_raw(t, 11, k, seed=int(t)), t, 11, k) for t in (T.Q6_K, T.Q5_0)]
+    raw = random_raw(qtype, n, k, seed=41 + int(qtype))
+    w = gguf_linear.prepare(raw, qtype, n, k)
+    others = [gguf_linear.prepare(random_raw(t, 11, k, seed=int(t)), t, 11, k) for t in (T.Q5_K, T.Q5_0)]
     if kernel != "cpu_avx2":
         assert w.packed is None
         return
-    assert w.packed is not None and w.packed.numel() == 5 * 3 * 1184  # 5 groups of 8 rows, 3 blocks
+    assert w.packed is not None and w.packed.numel() == 5 * 3 * GROUP_BYTES[qtype]  # 5 groups of 8 rows, 3 blocks
     assert all(o.packed is None for o in others)
     x, bias = _inputs(20, k, seed=5), torch.randn(n)
-    want = reference.linear(x, raw, T.Q4_K, n, k, bias)
+    want = reference.linear(x, raw, qtype, n, k, bias)
     cpu_avx2.gguf_allow_packed(False)
     try:
         file_layout = [gguf_linear.linear(x[:m], w, bias) for m in range(1, 21)]
@@ -375,9 +380,9 @@ def test_avx2_tiles_lay_q4k_out_again_and_keep_its_bits(kernel):
     assert torch.equal(group, group_file) and torch.equal(group[:, 11:11 + n], want)
     # Many rows (a prefill chunk) too.
     many = _inputs(70, k, seed=6)
-    assert torch.equal(gguf_linear.linear(many, w), reference.linear(many, raw, T.Q4_K, n, k))
+    assert torch.equal(gguf_linear.linear(many, w), reference.linear(many, raw, qtype, n, k))
     # A copy that is not this weight's is refused, not read past its end.
-    short = gguf_linear.GgufWeight(raw, T.Q4_K, n, k, w.packed[:4])
+    short = gguf_linear.GgufWeight(raw, qtype, n, k, w.packed[:4])
     with pytest.raises(RuntimeError, match="pack"):
         gguf_linear.linear(x[:1], short)
 
