@@ -84,13 +84,16 @@ def build_model(file: GgufFile, config) -> nn.Module:
     if "lm_head.weight" not in sources and "token_embd.weight" in file.tensors:
         sources["lm_head.weight"] = "token_embd.weight"  # a tied head: the embedding's rows
     used: set[str] = set()
+    linears = [sources[f"{name}.weight"] for name, m in model.named_modules()
+               if isinstance(m, nn.Linear) and f"{name}.weight" in sources]
+    pack = _packed_copies_fit(file, linears)
     for module_name, module in list(model.named_modules()):
         if isinstance(module, (nn.Linear, nn.Embedding)):
             source = sources.get(f"{module_name}.weight")
             if source is None:
                 continue
             bias = sources.get(f"{module_name}.bias")
-            replacement = _replace(file, processor, module, file.tensors[source], bias and file.tensors[bias])
+            replacement = _replace(file, processor, module, file.tensors[source], bias and file.tensors[bias], pack)
             _set_submodule(model, module_name, replacement)
             used.update({source} | ({bias} if bias else set()))
     for hf_name, param in list(model.named_parameters()):
@@ -156,7 +159,32 @@ def _gguf_names(file: GgufFile, model: nn.Module) -> dict[str, str]:
     return found
 
 
-def _replace(file: GgufFile, processor, module: nn.Module, weight: GgufTensor, bias: GgufTensor | None) -> nn.Module:
+def _packed_copies_fit(file: GgufFile, linears: list[str]) -> bool:
+    """Whether the kernels may hold their own layout of the matrices ``linears`` name (where the
+    AVX2 tiles run, Q4_K and Q6_K: kernels.gguf_linear). That copy is the process's own memory,
+    which the OS cannot drop as it drops a mapped file's pages: where free memory does not hold it
+    (a model larger than RAM, streamed from disk), the weights stay the file's mapped bytes."""
+    packed_types = {t.name for t in gguf_linear.packed_types()}
+    needed = sum(file.tensors[name].nbytes for name in set(linears) if file.tensors[name].type_name in packed_types)
+    if not needed:
+        return False
+    import psutil
+
+    from engine.gguf.resident import COPY_HEADROOM
+
+    # The file's pages in the page cache count as available, and each is released once its
+    # matrix is copied: what must fit is the copy (3% over the file's bytes at most).
+    available = psutil.virtual_memory().available
+    if needed * 1.03 + COPY_HEADROOM <= available:
+        return True
+    log.warning("%s: the CPU kernels' own layout of its weights needs %.0f MiB and %.0f MiB is free: "
+                "computing from the mapped file instead (slower on this CPU)", file.name, needed * 1.03 / 2**20,
+                available / 2**20)
+    return False
+
+
+def _replace(file: GgufFile, processor, module: nn.Module, weight: GgufTensor, bias: GgufTensor | None,
+             pack: bool = False) -> nn.Module:
     from engine.gguf.modules import DenseLinear, GgufEmbedding, GgufLinear
 
     if isinstance(module, nn.Embedding):
@@ -173,7 +201,7 @@ def _replace(file: GgufFile, processor, module: nn.Module, weight: GgufTensor, b
     if not weight.quantized:
         return DenseLinear(_dense(file, processor, weight, expected), bias_values)
     qtype = gguf_linear.T[weight.type_name]
-    linear = GgufLinear(weight.data, qtype, *expected, bias=bias_values, out_order=order)
+    linear = GgufLinear(weight.data, qtype, *expected, bias=bias_values, out_order=order, pack=pack)
     if linear.weight_blocks.packed is not None:
         # The tiles read the copy laid out for them (kernels.gguf_linear); the file's pages of
         # this matrix were read once to make it and are wanted again only for a row or two.

@@ -26,12 +26,13 @@ class GgufLinear(nn.Module):
 
     ``out_order``: a permutation applied to the outputs (llama-family files store Q and K with
     their rows permuted for llama.cpp's rotary layout; reordering the N outputs undoes it without
-    copying the weight). fp32 in, fp32 out."""
+    copying the weight). ``pack``: let the kernels hold their own layout of the weight where they
+    have one (a copy in memory, kernels.gguf_linear). fp32 in, fp32 out."""
 
     def __init__(self, raw: torch.Tensor, qtype, n: int, k: int, bias: torch.Tensor | None = None,
-                 out_order: torch.Tensor | None = None) -> None:
+                 out_order: torch.Tensor | None = None, pack: bool = True) -> None:
         super().__init__()
-        self.weight_blocks = gguf_linear.prepare(raw, qtype, n, k)
+        self.weight_blocks = gguf_linear.prepare(raw, qtype, n, k, pack=pack)
         self.in_features, self.out_features = k, n
         self.bias = None if bias is None else bias.float()
         self.out_order = out_order

@@ -65,36 +65,59 @@ def _limit_text() -> str:
 COPY_HEADROOM = 512 * 2**20
 
 
-def keep_resident(file: GgufFile, allow_copy: bool = True, available: int | None = None) -> Resident:
+def keep_resident(file: GgufFile, allow_copy: bool = True, available: int | None = None, held_elsewhere=()) -> Resident:
     """Lock every mapping of ``file`` in RAM (reading in what is not there yet); where the
     locked-memory limit forbids it and ``allow_copy``, make the weights a private copy instead.
-    ``available``: the bytes of memory free for the copy (default: what the system reports)."""
+    ``available``: the bytes of memory free for the copy (default: what the system reports).
+    ``held_elsewhere``: tensors viewing the file whose bytes the model no longer reads (the
+    kernels hold their own layout of them in memory): their whole pages are left out, not read
+    back in to be held twice."""
     if sys.platform == "win32" or not hasattr(os, "sysconf"):
         raise CannotKeepResident(f"{file.name}: keeping weights in RAM is not supported on this system")
     libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
     libc.mlock.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-    total = sum(int(m.shape[0]) for m in file._maps)
+    libc.munlock.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    skipped = [(view.data_ptr(), view.numel() * view.element_size()) for view in held_elsewhere]
+    spans = [(mapped, start, end) for mapped in file._maps for start, end in _spans_to_hold(mapped, skipped)]
+    total = sum(end - start for _, start, end in spans)
     locked = 0
-    for mapped in file._maps:
-        size = int(mapped.shape[0])
-        if libc.mlock(ctypes.c_void_p(mapped.ctypes.data), ctypes.c_size_t(size)) != 0:
+    for i, (mapped, start, end) in enumerate(spans):
+        if libc.mlock(ctypes.c_void_p(mapped.ctypes.data + start), ctypes.c_size_t(end - start)) != 0:
             err = ctypes.get_errno()
-            for done in file._maps[: file._maps.index(mapped)]:  # all or nothing
-                libc.munlock(ctypes.c_void_p(done.ctypes.data), ctypes.c_size_t(int(done.shape[0])))
+            for done, a, b in spans[:i]:  # all or nothing
+                libc.munlock(ctypes.c_void_p(done.ctypes.data + a), ctypes.c_size_t(b - a))
             why = f"mlock: {os.strerror(err)}; it needs {_limit_text()} to cover them"
             if allow_copy:
-                return _private_copy(file, total, why, available)
+                return _private_copy(file, spans, total, why, available)
             raise CannotKeepResident(
                 f"{file.name}: could not keep its {total / 2**20:,.0f} MiB of weights in RAM "
                 f"({why}): raise it or run without --mlock (the weights then stay memory-mapped, as by default)")
-        locked += size
+        locked += end - start
     return Resident(file.name, locked)
 
 
-def _private_copy(file: GgufFile, total: int, mlock_refused: str, available: int | None) -> Resident:
-    """Write each page of ``file``'s copy-on-write mappings once with its own byte: every page
-    becomes this process's memory, the same bytes at the same addresses (the tensors viewing them
-    are untouched)."""
+def _spans_to_hold(mapped, skipped: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[start, end) byte offsets of ``mapped`` to hold: all of it but the whole pages inside the
+    ``skipped`` (address, bytes) ranges (a page shared with bytes still read is held)."""
+    base, size, page = mapped.ctypes.data, int(mapped.shape[0]), mmap.PAGESIZE
+    cuts = sorted((-(-(ptr - base) // page) * page, (ptr - base + n) // page * page) for ptr, n in skipped
+                  if base <= ptr and ptr + n <= base + size)
+    spans, at = [], 0
+    for start, end in cuts:
+        if end <= start:
+            continue
+        if start > at:
+            spans.append((at, start))
+        at = max(at, end)
+    if at < size:
+        spans.append((at, size))
+    return spans
+
+
+def _private_copy(file: GgufFile, spans, total: int, mlock_refused: str, available: int | None) -> Resident:
+    """Write each page of ``spans`` of ``file``'s copy-on-write mappings once with its own byte:
+    every page becomes this process's memory, the same bytes at the same addresses (the tensors
+    viewing them are untouched)."""
     if available is None:
         import psutil
 
@@ -105,7 +128,7 @@ def _private_copy(file: GgufFile, total: int, mlock_refused: str, available: int
             f"nor copy them: {available / 2**20:,.0f} MiB of memory is free, and a copy needs "
             f"{(total + COPY_HEADROOM) / 2**20:,.0f}. Free some memory, raise the limit, or run without --mlock "
             f"(the weights then stay memory-mapped, as by default)")
-    for mapped in file._maps:
-        firsts = mapped[::mmap.PAGESIZE]
+    for mapped, start, end in spans:
+        firsts = mapped[start:end:mmap.PAGESIZE]
         firsts[:] = firsts.copy()  # a copy: numpy skips assigning a view to itself
     return Resident(file.name, total, how="private copy", why=f"{mlock_refused}, so copied instead")

@@ -178,7 +178,10 @@ class Session:
         Raises CannotKeepResident saying why where it cannot (a limit; a model already in RAM)."""
         if self.target.gguf_file is None:
             raise CannotKeepResident(f"{self.target.name} is not memory-mapped: its weights are already held in RAM")
-        return keep_resident(self.target.gguf_file)
+        # Matrices the kernels hold in their own layout are in RAM already; their file pages are not read.
+        packed = [m.weight_blocks.raw for m in self.target.model.modules()
+                  if getattr(getattr(m, "weight_blocks", None), "packed", None) is not None]
+        return keep_resident(self.target.gguf_file, held_elsewhere=packed)
 
     @property
     def model_drafter(self) -> DraftModelDrafter | None:

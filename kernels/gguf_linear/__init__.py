@@ -54,9 +54,10 @@ class GgufWeight:
         return self.raw.numel()
 
 
-def prepare(raw: torch.Tensor, qtype, n: int, k: int) -> GgufWeight:
+def prepare(raw: torch.Tensor, qtype, n: int, k: int, pack: bool = True) -> GgufWeight:
     """raw uint8 [N, row_bytes] (a GGUF tensor's data: a torch tensor, or the numpy memmap
-    gguf.GGUFReader gives, shared, not copied) -> the weight ``linear`` takes."""
+    gguf.GGUFReader gives, shared, not copied) -> the weight ``linear`` takes. ``pack``: allow
+    the tiles in use their own layout of it (a copy in memory, see the module's docstring)."""
     if not isinstance(raw, torch.Tensor):
         with warnings.catch_warnings():
             # A read-only memmap: nothing here ever writes to the weights.
@@ -67,7 +68,7 @@ def prepare(raw: torch.Tensor, qtype, n: int, k: int) -> GgufWeight:
     check_raw(raw, qtype, n, k)
     raw = raw if raw.is_contiguous() else raw.contiguous()
     fast = fast_backend()
-    packed = fast.pack(raw, T(qtype), int(n), int(k)) if fast is not None and hasattr(fast, "pack") else None
+    packed = fast.pack(raw, T(qtype), int(n), int(k)) if pack and fast is not None and hasattr(fast, "pack") else None
     return GgufWeight(raw, T(qtype), int(n), int(k), packed)
 
 
@@ -99,6 +100,13 @@ def linear_group(x: torch.Tensor, weights, biases=None) -> torch.Tensor:
     return torch.cat([linear(x, w, b) for w, b in zip(weights, biases)], dim=-1)
 
 
+def packed_types() -> frozenset[T]:
+    """The types ``prepare`` lays out again for the tiles in use (a copy in memory): none where
+    they compute from the file's layout."""
+    fast = fast_backend()
+    return fast.packed_types() if fast is not None and hasattr(fast, "packed_types") else frozenset()
+
+
 def fast_types() -> tuple[T, ...]:
     """The types the backend in use computes itself (the others run on the reference)."""
     fast = fast_backend()
@@ -119,5 +127,5 @@ def backend_name() -> str:
     return f"gguf linear {active_backend()}{backend_detail()}"
 
 
-__all__ = ["SUPPORTED_TYPES", "GgufWeight", "active_backend", "available_backends", "backend_detail", "backend_name", "linear_group",
+__all__ = ["SUPPORTED_TYPES", "GgufWeight", "packed_types", "active_backend", "available_backends", "backend_detail", "backend_name", "linear_group",
            "dequantize", "fast_backend", "fast_types", "linear", "prepare", "use_backend"]

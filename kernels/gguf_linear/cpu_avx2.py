@@ -29,10 +29,15 @@ def linear_group(x: torch.Tensor, weights, biases) -> torch.Tensor:
                                   [_NONE if b is None else b for b in biases])
 
 
+def packed_types() -> frozenset:
+    """Q4_K and Q6_K where the AVX2 tiles run (no AVX-512 VNNI here, or not allowed); else none."""
+    return PACKED_TYPES if gguf_isa() == "avx2" else frozenset()
+
+
 def pack(raw: torch.Tensor, qtype, n: int, k: int) -> torch.Tensor | None:
-    """The weight laid out again for the AVX2 tiles (Q4_K, Q6_K: in groups of 8 rows) where those run
-    (no AVX-512 VNNI here, or not allowed); None where the file's layout is what runs."""
-    if gguf_isa() != "avx2" or qtype not in PACKED_TYPES:
+    """The weight laid out again for the AVX2 tiles (Q4_K, Q6_K: in groups of 8 rows) where those
+    run; None where the file's layout is what runs."""
+    if qtype not in packed_types():
         return None
     return _module().pack(raw, int(qtype), n, k)
 

@@ -17,6 +17,12 @@ from engine.testing.tiny_gguf import build_model, dequantized_copy, write_gguf
 from engine.testing.tiny_models import build_tokenizer
 from kernels.gguf_linear.reference import input_block, quantize_input
 
+
+def cpu_avx2_available() -> bool:
+    from kernels.gguf_linear import cpu_avx2
+
+    return cpu_avx2.available()
+
 PROMPT = "def add(a, b):\n    return a + b  # The quick brown fox"
 # Whole-model logits vs the dequantized fp32 model, relative L2 (measured 0.011-0.024 on these
 # tame random models: input rounding through two layers).
@@ -130,3 +136,32 @@ def test_tokenizer_from_the_file_and_its_cache(tmp_path, tokenizer):
     second = load_gguf(path).tokenizer  # from the cache entry this time
     assert second.get_vocab() == first.get_vocab() and second.chat_template == first.chat_template
     assert second(PROMPT)["input_ids"] == first(PROMPT)["input_ids"]
+
+
+@pytest.mark.skipif(not cpu_avx2_available(), reason="no compiled GGUF tiles here")
+def test_avx2_tiles_get_their_own_layout_where_memory_holds_it(tmp_path, tokenizer, monkeypatch, caplog):
+    """On the AVX2 tiles (every x86 CPU runs them; VNNI ones are switched off here) a Q4_K /
+    Q6_K model's matrices are laid out again for them, and its logits are bit for bit the file
+    layout's. Where free memory would not hold that copy, the model computes from the mapped
+    file, says so, and gives the same bits."""
+    import psutil
+
+    from kernels import gguf_linear
+    from tests.kernels.isa import kernel_in_use
+
+    model = build_model("qwen2", len(tokenizer), hidden=256)
+    path = write_gguf(model, tokenizer, tmp_path / "k.gguf", "Q4_K")
+    with kernel_in_use(gguf_linear, "cpu_avx2", "gguf_isa", "gguf_allow_vnni", "gguf_allow_amx"):
+        packed = load_gguf(path)
+        linears = [m for m in packed.model.modules() if isinstance(m, GgufLinear)]
+        assert sum(m.type_name == "Q4_K" for m in linears) >= 14  # every projection of both layers
+        assert all(m.weight_blocks.packed is not None for m in linears if m.type_name in ("Q4_K", "Q6_K"))
+        want = _logits(packed.model, tokenizer)
+
+        real = psutil.virtual_memory()
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: real._replace(available=64 * 2**20))
+        with caplog.at_level("WARNING", logger="engine.gguf.model"):
+            mapped = load_gguf(path)
+        assert all(m.weight_blocks.packed is None for m in mapped.model.modules() if isinstance(m, GgufLinear))
+        assert "computing from the mapped file instead" in caplog.text
+        assert torch.equal(_logits(mapped.model, tokenizer), want)

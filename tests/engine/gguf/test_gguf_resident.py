@@ -119,3 +119,23 @@ def test_a_session_keeps_its_gguf_target_resident_and_says_when_it_cannot(tiny_t
     session.target = type(session.target)(**{**session.target.__dict__, "gguf_file": None})
     with pytest.raises(CannotKeepResident, match="already held in RAM"):
         session.keep_weights_resident()
+
+
+def test_matrices_the_kernels_hold_in_their_own_layout_are_left_out(tiny_target):
+    """Where the kernels computed a matrix into their own layout (the AVX2 tiles' copy), its whole
+    pages of the file are neither locked nor read back; every other byte is held."""
+    import mmap
+
+    file = open_gguf(tiny_target)
+    tensor = max(file.tensors.values(), key=lambda t: t.nbytes)
+    view = tensor.data
+    start, nbytes = view.data_ptr() - file._maps[0].ctypes.data, view.numel() * view.element_size()
+    inside = (start + nbytes) // mmap.PAGESIZE - -(-start // mmap.PAGESIZE)  # whole pages inside the tensor
+    assert inside >= 2, "the tiny target's largest tensor spans whole pages"
+    before = _locked_kib()
+    resident = keep_resident(file, held_elsewhere=[view])
+    assert resident.locked_bytes == tiny_target.stat().st_size - inside * mmap.PAGESIZE
+    if before is not None:  # Linux counts locked pages: the file's last one is partly past its end
+        assert abs((_locked_kib() - before) * 1024 - resident.locked_bytes) < mmap.PAGESIZE
+    # A range outside the file, or less than a page, changes nothing.
+    assert keep_resident(open_gguf(tiny_target), held_elsewhere=[view[:1]]).locked_bytes == tiny_target.stat().st_size
