@@ -40,6 +40,20 @@ inline __m256i rows_low() {
 inline __m256i rows_high() { return _mm256_add_epi8(rows_low(), _mm256_setr_epi8(4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0,
                                                                                  4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0)); }
 
+constexpr uint64_t kNibbles = 0x0F0F0F0F0F0F0F0FULL;
+
+inline uint64_t load8(const uint8_t* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+// *p |= v, 8 bytes.
+inline void or8(uint8_t* p, uint64_t v) {
+  const uint64_t was = load8(p) | v;
+  std::memcpy(p, &was, 8);
+}
+
 inline __m256i broadcast8(const int8_t* x) {
   int64_t v;
   std::memcpy(&v, x, 8);
@@ -66,11 +80,10 @@ struct Q4K {
     std::memcpy(o + kD + 2 * r, blk, 2);
     std::memcpy(o + kDmin + 2 * r, blk + 2, 2);
     const uint8_t* qs = blk + 16;  // sub-block j's value i: qs[32 (j / 2) + i], high nibble for odd j
-    const int shift = r < 4 ? 0 : 4;
     for (int j = 0; j < 8; ++j)
-      for (int i = 0; i < 32; ++i) {
-        const uint8_t code = (qs[32 * (j / 2) + i] >> (j % 2 ? 4 : 0)) & 0x0F;
-        o[(4 * j + i / 8) * 32 + 8 * (r % 4) + i % 8] |= static_cast<uint8_t>(code << shift);
+      for (int c = 0; c < 4; ++c) {  // 8 values at once, a byte each (shifts never carry across bytes once masked)
+        const uint64_t codes = (load8(qs + 32 * (j / 2) + 8 * c) >> (j % 2 ? 4 : 0)) & kNibbles;
+        or8(o + (4 * j + c) * 32 + 8 * (r % 4), r < 4 ? codes : codes << 4);
       }
   }
 
@@ -125,15 +138,15 @@ struct Q6K {
     const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
     for (int j = 0; j < 16; ++j) o[kScales + 16 * (j / 2) + 2 * r + (j % 2)] = static_cast<uint8_t>(sc[j]);
     std::memcpy(o + kD + 2 * r, blk + 208, 2);
-    for (int v = 0; v < 256; ++v) {
+    for (int v = 0; v < 256; v += 8) {  // 8 values at once, a byte each
       // blocks.py's Q6_K: value v = 128 h + 32 t + l (t < 4) has its low 4 bits in ql[64 h + l
       // (+ 32 for odd t)], high nibble for t >= 2, and its top 2 bits at 2 t of qh[32 h + l].
       const int h = v / 128, t = (v % 128) / 32, l = v % 32;
-      const int low = (ql[64 * h + l + (t % 2) * 32] >> (t >= 2 ? 4 : 0)) & 0x0F;
-      const int top = (qh[32 * h + l] >> (2 * t)) & 0x03;
-      const int j = v / 16, c = (v % 16) / 8, q = 8 * (r % 4) + v % 8;
-      o[(2 * j + c) * 32 + q] |= static_cast<uint8_t>(low << (r < 4 ? 0 : 4));
-      o[kHigh + 32 * j + q] |= static_cast<uint8_t>(top << (4 * c + (r < 4 ? 0 : 2)));
+      const uint64_t low = (load8(ql + 64 * h + l + (t % 2) * 32) >> (t >= 2 ? 4 : 0)) & kNibbles;
+      const uint64_t top = (load8(qh + 32 * h + l) >> (2 * t)) & 0x0303030303030303ULL;
+      const int j = v / 16, c = (v % 16) / 8, q = 8 * (r % 4);
+      or8(o + (2 * j + c) * 32 + q, r < 4 ? low : low << 4);
+      or8(o + kHigh + 32 * j + q, top << (4 * c + (r < 4 ? 0 : 2)));
     }
   }
 
