@@ -39,10 +39,13 @@ _SOURCE = {
 # A GGUF file (precision "file") computes with kernels.gguf_linear: llama.cpp's recipe, integer
 # products per block like the int4 kernel's, and it reaches int4's bandwidth: on the VNNI machine
 # the default Q4_K_M target (0.98 GB resident) decodes 29.4-33.6 tok/s plain at 2 threads
-# on a quiet machine, 14.5-16.5e9 B/s per core against int4's 15.9e9. The AVX2 figure is int4's
-# too (the two kernels share their recipe).
+# on a quiet machine, 14.5-16.5e9 B/s per core against int4's 15.9e9. On the AVX2-only machine
+# the same target decoded 19.8 tok/s plain at 2 threads beside llama.cpp (its Q4_K / Q6_K in the
+# AVX2 tiles' own layout, docs/benchmarks/2026-12-06-peer-llamacpp-avx2-interleaved.json):
+# 9.7e9 B/s per core, under int4's 12.0e9.
 for _row in _BANDWIDTH_PER_CORE.values():
     _row["file"] = _row["int4"]
+_BANDWIDTH_PER_CORE["avx2"]["file"] = 9.7e9
 # One socket's memory caps what many cores reach together.
 BANDWIDTH_CAP = 60e9
 
