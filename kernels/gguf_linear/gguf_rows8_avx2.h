@@ -232,21 +232,7 @@ inline void tile(const uint8_t* g, const Job& job, int64_t n0, int64_t m0, bool 
       acc[r] = _mm256_add_ps(acc[r], t);
     }
   }
-  const int64_t valid = std::min<int64_t>(kRows, job.N - n0);
-  alignas(32) float bias[kRows] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (job.B)
-    for (int64_t i = 0; i < valid; ++i) bias[i] = job.B[n0 + i];
-  for (int r = 0; r < MR; ++r) {
-    const __m256 y = job.B ? _mm256_add_ps(acc[r], _mm256_load_ps(bias)) : acc[r];
-    float* out = job.O + (m0 + r) * job.ldo + n0;
-    if (valid == kRows) {
-      _mm256_storeu_ps(out, y);
-    } else {
-      alignas(32) float lanes[kRows];
-      _mm256_store_ps(lanes, y);
-      for (int64_t i = 0; i < valid; ++i) out[i] = lanes[i];
-    }
-  }
+  store_tile<MR>(acc, job, n0, m0);
 }
 
 template <class F, int MR = kMaxRows>

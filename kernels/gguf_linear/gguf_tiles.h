@@ -75,6 +75,26 @@ struct Job {
 // rows; false where it packs no such type.
 inline bool packed_column(int64_t qtype, const Job& job, int64_t t, int64_t M);
 
+// acc[r] (+ the bias) -> the outputs of weight rows n0 .. n0+7 (those below N) for input row m0 + r.
+template <int MR>
+inline void store_tile(const __m256* acc, const Job& job, int64_t n0, int64_t m0) {
+  const int64_t valid = std::min<int64_t>(kRows, job.N - n0);
+  alignas(32) float bias[kRows] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (job.B)
+    for (int64_t i = 0; i < valid; ++i) bias[i] = job.B[n0 + i];
+  for (int r = 0; r < MR; ++r) {
+    const __m256 y = job.B ? _mm256_add_ps(acc[r], _mm256_load_ps(bias)) : acc[r];
+    float* out = job.O + (m0 + r) * job.ldo + n0;
+    if (valid == kRows) {
+      _mm256_storeu_ps(out, y);
+    } else {
+      alignas(32) float lanes[kRows];
+      _mm256_store_ps(lanes, y);
+      for (int64_t i = 0; i < valid; ++i) out[i] = lanes[i];
+    }
+  }
+}
+
 template <class F, int MR>
 inline void tile(const Job& job, int64_t n0, int64_t m0, bool prefetch) {
   const Inputs& in = *job.in;
@@ -129,21 +149,7 @@ inline void tile(const Job& job, int64_t n0, int64_t m0, bool prefetch) {
       acc[r] = _mm256_add_ps(acc[r], t);
     }
   }
-  const int64_t valid = std::min<int64_t>(kRows, job.N - n0);
-  alignas(32) float bias[kRows] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (job.B)
-    for (int64_t i = 0; i < valid; ++i) bias[i] = job.B[n0 + i];
-  for (int r = 0; r < MR; ++r) {
-    __m256 y = job.B ? _mm256_add_ps(acc[r], _mm256_load_ps(bias)) : acc[r];
-    float* out = job.O + (m0 + r) * job.ldo + n0;
-    if (valid == kRows) {
-      _mm256_storeu_ps(out, y);
-    } else {
-      alignas(32) float lanes[kRows];
-      _mm256_store_ps(lanes, y);
-      for (int64_t i = 0; i < valid; ++i) out[i] = lanes[i];
-    }
-  }
+  store_tile<MR>(acc, job, n0, m0);
 }
 
 template <class F, int MR = kMaxRows>
