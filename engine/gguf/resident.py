@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import mmap
 import os
 import sys
@@ -40,12 +41,16 @@ class Resident:
     locked_bytes: int
     how: str = "mlock"
     why: str = ""
+    #: Bytes of the file's matrices held in RAM already as the CPU kernels' own layout (not locked again).
+    elsewhere_bytes: int = 0
 
     def describe(self) -> str:
         held = f"{self.name}: {self.locked_bytes / 2**20:,.0f} MiB of weights kept in RAM"
+        also = (f"; {self.elsewhere_bytes / 2**20:,.0f} MiB more held as the CPU kernels' own layout"
+                if self.elsewhere_bytes else "")
         if self.how == "mlock":
-            return f"{held} (mlock)"
-        return f"{held} as a private copy ({self.why})"
+            return f"{held} (mlock){also}"
+        return f"{held} as a private copy ({self.why}){also}"
 
 
 def _limit_text() -> str:
@@ -80,6 +85,7 @@ def keep_resident(file: GgufFile, allow_copy: bool = True, available: int | None
     skipped = [(view.data_ptr(), view.numel() * view.element_size()) for view in held_elsewhere]
     spans = [(mapped, start, end) for mapped in file._maps for start, end in _spans_to_hold(mapped, skipped)]
     total = sum(end - start for _, start, end in spans)
+    elsewhere = sum(int(m.shape[0]) for m in file._maps) - total
     locked = 0
     for i, (mapped, start, end) in enumerate(spans):
         if libc.mlock(ctypes.c_void_p(mapped.ctypes.data + start), ctypes.c_size_t(end - start)) != 0:
@@ -88,12 +94,12 @@ def keep_resident(file: GgufFile, allow_copy: bool = True, available: int | None
                 libc.munlock(ctypes.c_void_p(done.ctypes.data + a), ctypes.c_size_t(b - a))
             why = f"mlock: {os.strerror(err)}; it needs {_limit_text()} to cover them"
             if allow_copy:
-                return _private_copy(file, spans, total, why, available)
+                return dataclasses.replace(_private_copy(file, spans, total, why, available), elsewhere_bytes=elsewhere)
             raise CannotKeepResident(
                 f"{file.name}: could not keep its {total / 2**20:,.0f} MiB of weights in RAM "
                 f"({why}): raise it or run without --mlock (the weights then stay memory-mapped, as by default)")
         locked += end - start
-    return Resident(file.name, locked)
+    return Resident(file.name, locked, elsewhere_bytes=elsewhere)
 
 
 def _spans_to_hold(mapped, skipped: list[tuple[int, int]]) -> list[tuple[int, int]]:

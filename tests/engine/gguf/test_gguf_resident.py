@@ -135,6 +135,8 @@ def test_matrices_the_kernels_hold_in_their_own_layout_are_left_out(tiny_target)
     before = _locked_kib()
     resident = keep_resident(file, held_elsewhere=[view])
     assert resident.locked_bytes == tiny_target.stat().st_size - inside * mmap.PAGESIZE
+    assert resident.elsewhere_bytes == inside * mmap.PAGESIZE
+    assert f"{inside * mmap.PAGESIZE / 2**20:,.0f} MiB more held as the CPU kernels' own layout" in resident.describe()
     if before is not None:  # Linux counts locked pages: the file's last one is partly past its end
         assert abs((_locked_kib() - before) * 1024 - resident.locked_bytes) < mmap.PAGESIZE
     # A range outside the file, or less than a page, changes nothing.
