@@ -66,19 +66,36 @@ print(json.dumps(measure(Path(sys.argv[1]), None, "file", 256, 8, "cpu")))
 """
 
 
+def _packed_bytes(path: Path) -> int:
+    """The bytes of ``path``'s matrices that the CPU kernels lay out again where their AVX2 tiles
+    run (kernels.gguf_linear: Q4_K and Q6_K on a CPU without AVX-512 VNNI), 0 elsewhere. The
+    untied input embedding stays the file's (looked up row by row)."""
+    from engine.gguf.reader import open_gguf
+    from kernels import gguf_linear
+
+    types = {t.name for t in gguf_linear.packed_types()}
+    return sum(t.nbytes for name, t in open_gguf(path).tensors.items() if t.type_name in types and name != "token_embd.weight")
+
+
 def test_memory_holds_the_file_mapped_and_no_copy_of_it():
     """In a fresh process: loading reads almost none of the weights (they are mapped), and
-    decoding keeps them as the file's pages, with no weights-sized anonymous copy."""
+    decoding keeps them as the file's pages, with no weights-sized anonymous copy; but for the
+    AVX2 tiles' own layout of Q4_K / Q6_K where those tiles run, which replaces the file's pages
+    of those matrices (they are released after the copy is made)."""
     target = _gguf(default_pair.TARGET)
     run = subprocess.run([sys.executable, "-c", _PROBE, str(target)], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
     size = target.stat().st_size
+    packed = 1.03 * _packed_bytes(target)  # the layout's copy: at most 3% over the file's bytes
     # The sampler's peaks, not ru_maxrss: Linux carries a parent's high-water mark over exec (this
-    # test process may hold the pair already). Loading maps the file; it reads almost none of it.
-    assert report["load_peak_anon"] - report["anon_runtime"] <= 0.5 * size, report
+    # test process may hold the pair already). Loading maps the file; it reads almost none of it
+    # (what it reads to lay out again, it releases).
+    assert report["load_peak_anon"] - report["anon_runtime"] <= 0.5 * size + packed, report
     assert report["file_loaded"] <= 0.5 * size, report
     assert report["mapped_end"].get(target.name, 0) <= size, report
     # A bf16 copy of the weights would be ~3 GB, an int8 one ~1.5 GB: anonymous memory grows by
-    # the tokenizer, activations and K/V only.
-    assert report["generate_peak_anon"] - report["anon_runtime"] <= 0.5 * size, report
+    # the tokenizer, activations and K/V only (and the layout's copy).
+    assert report["generate_peak_anon"] - report["anon_runtime"] <= 0.5 * size + packed, report
+    if packed:  # the copy is made in a fresh process, and the file's pages it came from let go
+        assert report["generate_peak_anon"] - report["anon_runtime"] >= 0.9 * packed, report
