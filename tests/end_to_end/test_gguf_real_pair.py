@@ -97,5 +97,11 @@ def test_memory_holds_the_file_mapped_and_no_copy_of_it():
     # A bf16 copy of the weights would be ~3 GB, an int8 one ~1.5 GB: anonymous memory grows by
     # the tokenizer, activations and K/V only (and the layout's copy).
     assert report["generate_peak_anon"] - report["anon_runtime"] <= 0.5 * size + packed, report
-    if packed:  # the copy is made in a fresh process, and the file's pages it came from let go
+    # The copy is made in a fresh process (where free memory holds it, engine.gguf.model: asked
+    # only with room to spare, so the child's own check cannot come out otherwise).
+    import psutil
+
+    from engine.gguf.resident import COPY_HEADROOM
+
+    if packed and psutil.virtual_memory().available > 2 * (packed + COPY_HEADROOM):
         assert report["generate_peak_anon"] - report["anon_runtime"] >= 0.9 * packed, report
