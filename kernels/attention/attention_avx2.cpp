@@ -20,11 +20,11 @@
 // about as often as a one-row step does, where computing each (row, head) pair alone read it
 // (heads x rows) times. Long contexts give many units, so two threads split one row's keys.
 //
-// Inside a unit, two query vectors at a time (two heads of the group, or one head in two rows)
-// share every key and value row loaded: scores 4 keys x 2 queries at a time (dot products over
-// head_dim reduced by a fixed hadd tree), values 4 vectors x 2 queries; the exponentials 8 at a
-// time. A query's arithmetic is the same whichever query it is paired with, or none. Keys and
-// values may be fp32, bf16 or fp16 (the cache's format), widened once per load for both queries.
+// Inside a unit, up to six query vectors at a time (heads of the group, rows) share every key
+// and value row loaded: scores 2 keys x 6 queries at a time (dot products over head_dim reduced
+// by a fixed hadd tree over 4 keys), values 2 vectors x 6 queries; the exponentials 8 at a time.
+// A query's arithmetic is the same whichever queries it is grouped with, or none. Keys and
+// values may be fp32, bf16 or fp16 (the cache's format), widened once per load for the group.
 #include <torch/extension.h>
 
 #include "causal_attention.h"

@@ -66,38 +66,55 @@ inline void softmax_partials(int nq, float* scores, int64_t row, int64_t padded,
 // and every query's arithmetic is the one a query computed alone does (its FMAs in the same
 // order, the same reduction tree), so grouping changes no bit of any result. For query n it
 // writes a[n][D] (unnormalized) and (m[n], l[n]). scores: NQ x (kChunk + 8); qf: NQ x D.
+//
+// Registers (16): scores take NQ x KB accumulators, KB keys widened and one query vector; values
+// NQ x W accumulators, W value vectors and one weight. Up to two queries, 4 keys / 4 vectors;
+// more, 2 and 2 (6 queries: 12 accumulators + 3), so that a chunk's keys and values pass from L2
+// once per 6 queries, not per 2: with 2, a verification over a long cache was bound by L2 reads.
 template <int NQ, typename QT, typename KT>
 inline void chunk_partials(const QT* const* qs, const KT* kh, const KT* vh, const Shape& s, int64_t j0, int64_t j1,
                            float* scores, float* qf, float* const* a, float* m_out, float* l_out) {
+  constexpr int KB = NQ <= 2 ? 4 : 2;
+  constexpr int W = NQ <= 2 ? 4 : 2;
   const int64_t D = s.D, n = j1 - j0, row = kChunk + 8;
   const __m256 scale = _mm256_set1_ps(s.scaling);
   for (int q = 0; q < NQ; ++q)
     for (int64_t d = 0; d < D; d += 8) _mm256_storeu_ps(qf + q * D + d, _mm256_mul_ps(load8(qs[q] + d), scale));
   const int64_t padded = (n + 7) & ~int64_t(7);
-  // Scores 4 keys at a time for every query (NQ x 4 accumulators).
+  // Scores 4 keys at a time for every query (each key's dot product in 8 lanes over head_dim,
+  // then one fixed hadd tree for 4 keys), KB keys per pass over head_dim.
   for (int64_t j = 0; j < padded; j += 4) {
-    __m256 acc[NQ][4];
-    for (int q = 0; q < NQ; ++q)
-      for (int c = 0; c < 4; ++c) acc[q][c] = _mm256_setzero_ps();
+    __m256 sums[NQ][4];
     const int64_t here = std::max<int64_t>(0, std::min<int64_t>(4, n - j));
-    if (here == 4) {
-      const KT* k0 = kh + (j0 + j) * s.kv_pos;
-      for (int64_t d = 0; d < D; d += 8) {
-        for (int c = 0; c < 4; ++c) {
-          const __m256 kv = load8(k0 + c * s.kv_pos + d);
-          for (int q = 0; q < NQ; ++q) acc[q][c] = _mm256_fmadd_ps(_mm256_loadu_ps(qf + q * D + d), kv, acc[q][c]);
+    for (int c0 = 0; c0 < 4; c0 += KB) {
+      __m256 acc[NQ][KB];
+      for (int q = 0; q < NQ; ++q)
+        for (int c = 0; c < KB; ++c) acc[q][c] = _mm256_setzero_ps();
+      const int64_t left = std::max<int64_t>(0, std::min<int64_t>(KB, here - c0));
+      const KT* k0 = kh + (j0 + j + c0) * s.kv_pos;
+      if (left == KB) {
+        for (int64_t d = 0; d < D; d += 8) {
+          __m256 kv[KB];
+          for (int c = 0; c < KB; ++c) kv[c] = load8(k0 + c * s.kv_pos + d);
+          for (int q = 0; q < NQ; ++q) {
+            __m256 qv = _mm256_loadu_ps(qf + q * D + d);
+            asm("" : "+x"(qv));  // one load for KB keys: folded into each FMA it would be KB
+            for (int c = 0; c < KB; ++c) acc[q][c] = _mm256_fmadd_ps(qv, kv[c], acc[q][c]);
+          }
+        }
+      } else {
+        for (int64_t d = 0; d < D; d += 8) {
+          for (int c = 0; c < left; ++c) {
+            const __m256 kv = load8(k0 + c * s.kv_pos + d);
+            for (int q = 0; q < NQ; ++q) acc[q][c] = _mm256_fmadd_ps(_mm256_loadu_ps(qf + q * D + d), kv, acc[q][c]);
+          }
         }
       }
-    } else {
-      for (int64_t d = 0; d < D; d += 8) {
-        for (int c = 0; c < here; ++c) {
-          const __m256 kv = load8(kh + (j0 + j + c) * s.kv_pos + d);
-          for (int q = 0; q < NQ; ++q) acc[q][c] = _mm256_fmadd_ps(_mm256_loadu_ps(qf + q * D + d), kv, acc[q][c]);
-        }
-      }
+      for (int q = 0; q < NQ; ++q)
+        for (int c = 0; c < KB; ++c) sums[q][c0 + c] = acc[q][c];
     }
     for (int q = 0; q < NQ; ++q) {
-      __m128 x = hsum4(acc[q]);
+      __m128 x = hsum4(sums[q]);
       if (here < 4) {  // keys past the chunk's end: -inf, whose exp is 0
         alignas(16) float tmp[4];
         _mm_store_ps(tmp, x);
@@ -108,30 +125,42 @@ inline void chunk_partials(const QT* const* qs, const KT* kh, const KT* vh, cons
     }
   }
   softmax_partials(NQ, scores, row, padded, m_out, l_out);
-  // Values key by key (rows of V are contiguous), 4 vectors of head_dim for every query at a
+  // Values key by key (rows of V are contiguous), W vectors of head_dim for every query at a
   // time: each output element is its queries' sum over the keys in key order.
-  for (int64_t d0 = 0; d0 < D; d0 += 32) {
-    const int width = static_cast<int>(std::min<int64_t>(32, D - d0) / 8);
-    __m256 acc[NQ][4];
+  for (int64_t d0 = 0; d0 < D; d0 += 8 * W) {
+    const int width = static_cast<int>(std::min<int64_t>(8 * W, D - d0) / 8);
+    __m256 acc[NQ][W];
     for (int q = 0; q < NQ; ++q)
-      for (int c = 0; c < 4; ++c) acc[q][c] = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n; ++j) {
-      const KT* vr = vh + (j0 + j) * s.kv_pos + d0;
-      __m256 p[NQ];
-      for (int q = 0; q < NQ; ++q) p[q] = _mm256_set1_ps(scores[q * row + j]);
-      for (int c = 0; c < width; ++c) {
-        const __m256 vv = load8(vr + 8 * c);
-        for (int q = 0; q < NQ; ++q) acc[q][c] = _mm256_fmadd_ps(p[q], vv, acc[q][c]);
+      for (int c = 0; c < W; ++c) acc[q][c] = _mm256_setzero_ps();
+    if (width == W) {
+      for (int64_t j = 0; j < n; ++j) {
+        const KT* vr = vh + (j0 + j) * s.kv_pos + d0;
+        __m256 vv[W];
+        for (int c = 0; c < W; ++c) vv[c] = load8(vr + 8 * c);
+        for (int q = 0; q < NQ; ++q) {
+          const __m256 p = _mm256_broadcast_ss(scores + q * row + j);
+          for (int c = 0; c < W; ++c) acc[q][c] = _mm256_fmadd_ps(p, vv[c], acc[q][c]);
+        }
       }
+      for (int q = 0; q < NQ; ++q)
+        for (int c = 0; c < W; ++c) _mm256_storeu_ps(a[q] + d0 + 8 * c, acc[q][c]);
+    } else {
+      for (int64_t j = 0; j < n; ++j) {
+        const KT* vr = vh + (j0 + j) * s.kv_pos + d0;
+        for (int c = 0; c < width; ++c) {
+          const __m256 vv = load8(vr + 8 * c);
+          for (int q = 0; q < NQ; ++q) acc[q][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(scores + q * row + j), vv, acc[q][c]);
+        }
+      }
+      for (int q = 0; q < NQ; ++q)
+        for (int c = 0; c < width; ++c) _mm256_storeu_ps(a[q] + d0 + 8 * c, acc[q][c]);
     }
-    for (int q = 0; q < NQ; ++q)
-      for (int c = 0; c < width; ++c) _mm256_storeu_ps(a[q] + d0 + 8 * c, acc[q][c]);
   }
 }
 
 // The same partials 16 lanes at a time, where the CPU has AVX-512 (and head_dim is a multiple
 // of 16): half the multiply-adds for the scores and the values, which bind a verification over a
-// long cache (its rows' keys and values come from L2 once per pair of queries). Its own fixed
+// long cache. Its own fixed
 // reduction tree (each score's 16 lanes folded to 8, then hsum4), so its bits differ from the
 // 8-lane tiles' but not between calls: a process uses one tile set for every row it computes.
 // It repeats chunk_partials' structure rather than sharing a template with it: the AVX-512
@@ -212,13 +241,13 @@ inline bool& avx512_enabled() {
   return on;
 }
 
-// Queries sharing each loaded key and value: 2 in the 8-lane partials (16 registers), up to 6
-// in the 16-lane ones (32 registers: a grouped-query model's 6 heads of one KV head at once, so
-// a chunk's keys and values pass from L2 a third as often). kMaxGroup sizes the buffers.
+// Queries sharing each loaded key and value: up to 6 in both tile sets (a grouped-query model's
+// 6 heads of one KV head at once, so a chunk's keys and values pass from L2 a third as often as
+// in pairs). kMaxGroup sizes the buffers.
 constexpr int kMaxGroup = 6;
 
 inline bool sixteen_lanes(const Shape& s) { return avx512_enabled() && s.D % 16 == 0; }
-inline int query_group(const Shape& s) { return sixteen_lanes(s) ? 6 : 2; }
+inline int query_group(const Shape&) { return kMaxGroup; }
 
 template <typename QT, typename KT>
 inline void chunk_partials_any(int nq, const QT* const* qs, const KT* kh, const KT* vh, const Shape& s, int64_t j0,
@@ -233,8 +262,14 @@ inline void chunk_partials_any(int nq, const QT* const* qs, const KT* kh, const 
       default: chunk_partials16<1>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
     }
   }
-  if (nq == 2) chunk_partials<2>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l);
-  else chunk_partials<1>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l);
+  switch (nq) {
+    case 6: chunk_partials<6>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+    case 5: chunk_partials<5>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+    case 4: chunk_partials<4>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+    case 3: chunk_partials<3>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+    case 2: chunk_partials<2>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+    default: chunk_partials<1>(qs, kh, vh, s, j0, j1, scores, qf, a, m, l); return;
+  }
 }
 
 // q [Q, H, D] rows (strided), k/v [KVH, L, D] (strided), out [Q, H, D] contiguous.
@@ -278,15 +313,15 @@ void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
       }
     }
   });
-  // Pass 2: per (row, pair of heads of one KV group), the remaining chunks (the last, partly
+  // Pass 2: per (row, up to kGroup heads of one KV group), the remaining chunks (the last, partly
   // visible ones: the heads of a row see the same keys), merged with the shared partials in
   // chunk order, each head alone.
-  const int64_t pairs_per_group = (group + kGroup - 1) / kGroup;
-  at::parallel_for(0, s.Q * s.KVH * pairs_per_group, 1, [&](int64_t begin, int64_t end) {
+  const int64_t parts_per_group = (group + kGroup - 1) / kGroup;
+  at::parallel_for(0, s.Q * s.KVH * parts_per_group, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(kMaxGroup * row), qf(kMaxGroup * D), a(kMaxGroup * D), acc(kMaxGroup * D);
     for (int64_t idx = begin; idx < end; ++idx) {
-      const int64_t i = idx / (s.KVH * pairs_per_group), rest = idx % (s.KVH * pairs_per_group);
-      const int64_t g = rest / pairs_per_group, h0 = g * group + (rest % pairs_per_group) * kGroup;
+      const int64_t i = idx / (s.KVH * parts_per_group), rest = idx % (s.KVH * parts_per_group);
+      const int64_t g = rest / parts_per_group, h0 = g * group + (rest % parts_per_group) * kGroup;
       const int nq = static_cast<int>(std::min<int64_t>(kGroup, (g + 1) * group - h0));
       const int64_t visible = s.visible(i);
       const int64_t own_chunks = (visible + kChunk - 1) / kChunk;

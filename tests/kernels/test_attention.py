@@ -116,13 +116,15 @@ def test_thread_count_does_not_change_a_bit(backend):
     assert torch.equal(one, two)
 
 
-@pytest.mark.parametrize("heads,kv_heads", [(12, 2), (6, 2), (5, 1)])
+@pytest.mark.parametrize("heads,kv_heads,dim", [(12, 2, 128), (6, 2, 128), (5, 1, 128), (14, 2, 64), (6, 1, 24)])
 @pytest.mark.parametrize("kv_dtype", [torch.float32, torch.float16])
-def test_a_head_gives_its_bits_whichever_heads_and_rows_share_its_keys(backend, heads, kv_heads, kv_dtype):
-    """The kernel pairs query vectors that read the same keys (heads of one group, rows of one
-    pass); a (row, head) computed alone, with one head and one row, has the same bits, across
-    whole and partly visible key chunks, for even and odd group sizes."""
-    q, k, v = _qkv(heads, kv_heads, 5, 700, 128, torch.float32, seed=15)
+def test_a_head_gives_its_bits_whichever_heads_and_rows_share_its_keys(backend, heads, kv_heads, dim, kv_dtype):
+    """The kernel groups up to six query vectors that read the same keys (heads of one group,
+    rows of one pass); a (row, head) computed alone, with one head and one row, has the same
+    bits, across whole and partly visible key chunks, for group sizes that do and do not fill a
+    group of six (7 heads a KV head: the 0.5B drafter's), and a head_dim that is not a multiple
+    of the 16 values a group's value pass takes."""
+    q, k, v = _qkv(heads, kv_heads, 5, 700, dim, torch.float32, seed=15)
     k, v = k.to(kv_dtype), v.to(kv_dtype)
     together = attention.causal_attention(q, k, v, 0.088)
     group = heads // kv_heads
