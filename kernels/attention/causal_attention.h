@@ -61,6 +61,30 @@ inline void softmax_partials(int nq, float* scores, int64_t row, int64_t padded,
   }
 }
 
+// The values' part of a chunk's partials for head_dim d0 .. d0 + 8 WW: a[q][d] = the sum over
+// the chunk's keys j, in key order, of p[q][j] * V[j][d], with p the exponentials in ``scores``.
+// A function of its own for each width, its accumulators in registers: an array indexed by a
+// width known only at run time is kept in memory, and the loop then stores every accumulator
+// on every key (measured: half the kernel's rate).
+template <int NQ, int WW, typename KT>
+inline void value_slice(const KT* vh, const Shape& s, int64_t j0, int64_t n, int64_t d0, const float* scores, int64_t row,
+                        float* const* a) {
+  __m256 acc[NQ][WW];
+  for (int q = 0; q < NQ; ++q)
+    for (int c = 0; c < WW; ++c) acc[q][c] = _mm256_setzero_ps();
+  for (int64_t j = 0; j < n; ++j) {
+    const KT* vr = vh + (j0 + j) * s.kv_pos + d0;
+    __m256 vv[WW];
+    for (int c = 0; c < WW; ++c) vv[c] = load8(vr + 8 * c);
+    for (int q = 0; q < NQ; ++q) {
+      const __m256 p = _mm256_broadcast_ss(scores + q * row + j);
+      for (int c = 0; c < WW; ++c) acc[q][c] = _mm256_fmadd_ps(p, vv[c], acc[q][c]);
+    }
+  }
+  for (int q = 0; q < NQ; ++q)
+    for (int c = 0; c < WW; ++c) _mm256_storeu_ps(a[q] + d0 + 8 * c, acc[q][c]);
+}
+
 // NQ query vectors (heads of one KV group, rows that see the same keys) against one chunk of
 // keys [j0, j1): each key and value row is loaded (and widened from 16 bits) once for all NQ,
 // and every query's arithmetic is the one a query computed alone does (its FMAs in the same
@@ -69,8 +93,9 @@ inline void softmax_partials(int nq, float* scores, int64_t row, int64_t padded,
 //
 // Registers (16): scores take NQ x KB accumulators, KB keys widened and one query vector; values
 // NQ x W accumulators, W value vectors and one weight. Up to two queries, 4 keys / 4 vectors;
-// more, 2 and 2 (6 queries: 12 accumulators + 3), so that a chunk's keys and values pass from L2
-// once per 6 queries, not per 2: with 2, a verification over a long cache was bound by L2 reads.
+// more, 2 and 2 (6 queries: 12 accumulators + 3), so that a chunk's keys and values are loaded
+// and widened once per 6 queries, not per 2 (1.2-1.3x the pairs' rate on a Zen 3 core, the
+// drafter's 7 heads a KV head 1.4x).
 template <int NQ, typename QT, typename KT>
 inline void chunk_partials(const QT* const* qs, const KT* kh, const KT* vh, const Shape& s, int64_t j0, int64_t j1,
                            float* scores, float* qf, float* const* a, float* m_out, float* l_out) {
@@ -126,36 +151,10 @@ inline void chunk_partials(const QT* const* qs, const KT* kh, const KT* vh, cons
   }
   softmax_partials(NQ, scores, row, padded, m_out, l_out);
   // Values key by key (rows of V are contiguous), W vectors of head_dim for every query at a
-  // time: each output element is its queries' sum over the keys in key order.
-  for (int64_t d0 = 0; d0 < D; d0 += 8 * W) {
-    const int width = static_cast<int>(std::min<int64_t>(8 * W, D - d0) / 8);
-    __m256 acc[NQ][W];
-    for (int q = 0; q < NQ; ++q)
-      for (int c = 0; c < W; ++c) acc[q][c] = _mm256_setzero_ps();
-    if (width == W) {
-      for (int64_t j = 0; j < n; ++j) {
-        const KT* vr = vh + (j0 + j) * s.kv_pos + d0;
-        __m256 vv[W];
-        for (int c = 0; c < W; ++c) vv[c] = load8(vr + 8 * c);
-        for (int q = 0; q < NQ; ++q) {
-          const __m256 p = _mm256_broadcast_ss(scores + q * row + j);
-          for (int c = 0; c < W; ++c) acc[q][c] = _mm256_fmadd_ps(p, vv[c], acc[q][c]);
-        }
-      }
-      for (int q = 0; q < NQ; ++q)
-        for (int c = 0; c < W; ++c) _mm256_storeu_ps(a[q] + d0 + 8 * c, acc[q][c]);
-    } else {
-      for (int64_t j = 0; j < n; ++j) {
-        const KT* vr = vh + (j0 + j) * s.kv_pos + d0;
-        for (int c = 0; c < width; ++c) {
-          const __m256 vv = load8(vr + 8 * c);
-          for (int q = 0; q < NQ; ++q) acc[q][c] = _mm256_fmadd_ps(_mm256_broadcast_ss(scores + q * row + j), vv, acc[q][c]);
-        }
-      }
-      for (int q = 0; q < NQ; ++q)
-        for (int c = 0; c < width; ++c) _mm256_storeu_ps(a[q] + d0 + 8 * c, acc[q][c]);
-    }
-  }
+  // time (a last 8 values alone where W does not divide head_dim).
+  int64_t d0 = 0;
+  for (; d0 + 8 * W <= D; d0 += 8 * W) value_slice<NQ, W>(vh, s, j0, n, d0, scores, row, a);
+  for (; d0 < D; d0 += 8) value_slice<NQ, 1>(vh, s, j0, n, d0, scores, row, a);
 }
 
 // The same partials 16 lanes at a time, where the CPU has AVX-512 (and head_dim is a multiple
