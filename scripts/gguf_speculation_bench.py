@@ -39,22 +39,25 @@ DRAFTER_GGUF = "qwen2.5-coder-0.5b-instruct-q5_0.gguf"
 DRAFTER_FOLDER = "qwen2.5-coder-0.5b-instruct"
 
 
-def baseline_module(rev: str):
-    """The GGUF linear extension as of ``rev``, compiled from a copy of its sources."""
+def baseline_module(rev: str, package: str = "gguf_linear", source: str = "gguf_linear_avx2.cpp",
+                    flags: tuple[str, ...] = ("-mf16c", "-ffp-contract=off")):
+    """A kernel package's AVX2 extension as of ``rev``, compiled from a copy of its sources with
+    the ``flags`` its cpu_avx2.py gives: the GGUF linears by default; the attention with
+    ``package="attention", source="attention_avx2.cpp", flags=("-mf16c",)``."""
     from kernels.build import compile_avx2
 
-    folder = Path(tempfile.mkdtemp(prefix="gguf_baseline_"))
-    listed = subprocess.run(["git", "ls-tree", "--name-only", rev, "kernels/gguf_linear/"], cwd=ROOT, check=True,
+    folder = Path(tempfile.mkdtemp(prefix=f"{package}_baseline_"))
+    listed = subprocess.run(["git", "ls-tree", "--name-only", rev, f"kernels/{package}/"], cwd=ROOT, check=True,
                             capture_output=True, text=True).stdout.split()
     names = [Path(p).name for p in listed if p.endswith((".cpp", ".h", ".inc"))]
     for name in names:
-        text = subprocess.run(["git", "show", f"{rev}:kernels/gguf_linear/{name}"], cwd=ROOT, check=True,
+        text = subprocess.run(["git", "show", f"{rev}:kernels/{package}/{name}"], cwd=ROOT, check=True,
                               capture_output=True).stdout
         (folder / name).write_bytes(text)
     (folder / "avx2_common.h").write_bytes((ROOT / "kernels" / "avx2_common.h").read_bytes())
     headers = tuple(sorted(p for p in folder.iterdir() if p.suffix in (".h", ".inc")))
-    return compile_avx2(f"tandem_gguf_baseline_{rev.replace('~', '_').replace('^', '_')}", folder / "gguf_linear_avx2.cpp",
-                        headers, ("-mf16c", "-ffp-contract=off"))
+    return compile_avx2(f"tandem_{package}_baseline_{rev.replace('~', '_').replace('^', '_')}", folder / source,
+                        headers, flags)
 
 
 def timed(fn) -> float:

@@ -3,14 +3,15 @@ decoding uses (GgufRunner), after a given number of cached tokens; and a prefill
 Kernel variants alternate in one process, so that all see the same machine load:
 
     python scripts/gguf_verify_bench.py [--cached 256 4096] [--verify-rows 5] [--prefill 512]
-        [--without-amx] [--file-layout] [--baseline-rev HEAD]
+        [--without-amx] [--file-layout] [--baseline-rev HEAD] [--attention-baseline-rev HEAD]
 
 ``--without-amx``: also time the working tree with its AMX tiles off (the VNNI tiles instead);
 ``--file-layout``: also time the working tree's AVX2 tiles on the file's rows, not the Q4_K
 layout they pack at load (only where the AVX2 tiles run: a CPU without AVX-512 VNNI);
 ``--amx-rows``: the row count from which the working tree takes them (to choose where they pay);
 ``--baseline-rev``: also time the GGUF kernel sources of that git revision (compiled under
-another name, see gguf_speculation_bench.baseline_module). Prints medians in ms (prefill in
+another name, see gguf_speculation_bench.baseline_module); ``--attention-baseline-rev``: also time
+the working tree with the attention kernel of that revision. Prints medians in ms (prefill in
 tokens a second), each variant's tile set, and the load average.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from engine.core.paths import cache_dir
 from engine.models.loading.loader import load_model
 from engine.models.runners.gguf_runner import GgufRunner
+from kernels.attention import cpu_avx2 as attention_avx2
 from kernels.gguf_linear import cpu_avx2
 
 TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -53,6 +55,7 @@ def main() -> None:
     parser.add_argument("--file-layout", action="store_true",
                         help="also time the working tree's AVX2 tiles on the file's layout (not the packed Q4_K)")
     parser.add_argument("--baseline-rev", help="also time the GGUF kernels of this git revision")
+    parser.add_argument("--attention-baseline-rev", help="also time the attention kernel of this git revision")
     parser.add_argument("--amx-rows", type=int, default=0,
                         help="input rows from which the working tree takes the AMX tiles (default: its own choice)")
     args = parser.parse_args()
@@ -62,6 +65,8 @@ def main() -> None:
     tree = cpu_avx2._module()
     if args.amx_rows:
         tree.gguf_amx_rows(args.amx_rows)
+    attention_tree = attention_avx2._module()
+    attention_of = {}  # variant -> the attention module it runs, where not the working tree's
     variants = {"working tree": (tree, True)}
     if args.without_amx:
         variants["working tree, AMX off"] = (tree, False)
@@ -72,9 +77,18 @@ def main() -> None:
 
         variants[args.baseline_rev] = (baseline_module(args.baseline_rev), True)
 
+    if args.attention_baseline_rev:
+        from gguf_speculation_bench import baseline_module
+
+        name = f"attention of {args.attention_baseline_rev}"
+        variants[name] = (tree, True)
+        attention_of[name] = baseline_module(args.attention_baseline_rev, "attention", "attention_avx2.cpp", ("-mf16c",))
+
     def use(name: str) -> str:
         module, amx = variants[name]
         cpu_avx2._module = lambda: module
+        attention = attention_of.get(name, attention_tree)
+        attention_avx2._module = lambda: attention
         if hasattr(module, "gguf_allow_amx"):
             module.gguf_allow_amx(amx)
         if hasattr(module, "gguf_allow_packed"):
