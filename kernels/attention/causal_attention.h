@@ -175,9 +175,9 @@ inline void chunk_partials(const QT* const* qs, const KT* kh, const KT* vh, cons
 
 // The same partials 16 lanes at a time, where the CPU has AVX-512 (and head_dim is a multiple
 // of 16): half the multiply-adds for the scores and the values, which bind a verification over a
-// long cache. Its own fixed
-// reduction tree (each score's 16 lanes folded to 8, then hsum4), so its bits differ from the
-// 8-lane tiles' but not between calls: a process uses one tile set for every row it computes.
+// long cache. Its own fixed reduction tree (each score's 16 lanes folded to 8, then hsum4), so its
+// bits differ from the 8-lane tiles' but not between calls: a process uses one tile set for every
+// row it computes.
 // It repeats chunk_partials' structure rather than sharing a template with it: the AVX-512
 // intrinsics compile only inside this target region, and GCC cannot give one instantiation of a
 // template other target options than another (the avx2 build must not need AVX-512).
