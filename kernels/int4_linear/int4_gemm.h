@@ -79,61 +79,90 @@ inline float offset_sum(const uint16_t* z, const float* xs, int64_t groups) {
   return o;
 }
 
-// Weight rows 4p+r0 .. 4p+r0+NR-1 (of panel p) x input rows m .. m+MR-1. Per group a weight
-// row's 16 bytes become one register of 32 codes (the low nibbles in the low lane, the high
-// ones in the high lane, as the inputs lie), used by every input row: integer dot product, to
-// fp32, times scale * dx into the row's accumulator. The offsets are applied after the loop as
-// sum_g offset[g] * xsum[g]. A panel is one contiguous stream (4 rows interleaved per group),
-// which the hardware prefetcher follows; the first pass over it also prefetches ahead.
-template <int NR, int MR>
-inline void tile(const Args& a, int64_t m, int64_t p, int r0) {
+// NP panels (NP = 1 or 2: 4 or 8 weight rows from 4p) x input rows m .. m+MR-1. A 32-byte load
+// holds one group of two weight rows (a row's 16 bytes in each 128-bit lane), its low nibbles
+// codes 0-15 and its high ones 16-31, against the input's 16 values broadcast to both lanes:
+// vpmaddubsw, the two halves added in 16 bits, pairwise sums across the 8 rows' registers
+// (vphaddw twice) and one vpmaddwd leave each row's exact group sum in one int32 lane, so a
+// single convert, scale and FMA per group folds all 8 rows into one fp32 accumulator. Why:
+// working one weight row per register and converting, scaling and adding 8 lanes per row costs
+// ~1.6x the instructions per weight, which made the drafter's multi-row passes (a prompt's
+// window, catching up) bound by arithmetic on CPUs without AVX-512. The codes are unpacked
+// once a group for every input row. Lanes hold the rows in the order kLaneRow; each row's
+// arithmetic is the same in every lane and tile shape, so its bits never depend on the rows
+// or panels computed beside it.
+constexpr int kLaneRow[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+
+template <int NP, int MR>
+inline void avx2_tile(const Args& a, int64_t m, int64_t p, bool prefetch) {
   const int64_t K = a.K, groups = K / kGroup;
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i shift = _mm256_setr_epi64x(0, 0, 4, 4);
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  const uint8_t* q = a.Q + p * groups * 64;
-  const uint16_t* s = a.S + p * groups * 4;
-  __m256 acc[NR][MR];
-  for (int i = 0; i < NR; ++i)
-    for (int j = 0; j < MR; ++j) acc[i][j] = _mm256_setzero_ps();
+  const __m256i lane_row = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const uint8_t* q0 = a.Q + p * groups * 64;
+  const uint8_t* q1 = q0 + (NP > 1 ? groups * 64 : 0);
+  const uint16_t* s0 = a.S + p * groups * 4;
+  const uint16_t* s1 = s0 + (NP > 1 ? groups * 4 : 0);
+  __m256 acc[MR];
+  for (int j = 0; j < MR; ++j) acc[j] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
-    if (r0 == 0) _mm_prefetch(reinterpret_cast<const char*>(q + g * 64 + 256), _MM_HINT_T0);
-    // The group's 4 fp16 scales at once; each row broadcasts its own.
-    const __m256 scales = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s + g * 4))));
-    for (int i = 0; i < NR; ++i) {
-      const __m256i bytes = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + g * 64 + (r0 + i) * 16)));
-      const __m256i codes = _mm256_and_si256(_mm256_srlv_epi64(bytes, shift), mask);
-      const __m256 scale = _mm256_permutevar8x32_ps(scales, _mm256_set1_epi32(r0 + i));
-      for (int j = 0; j < MR; ++j) {
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.XQ + (m + j) * K + g * kGroup));
-        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(codes, xq), ones);
-        const __m256 sd = _mm256_mul_ps(scale, _mm256_broadcast_ss(a.DX + (m + j) * groups + g));
-        acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sd, acc[i][j]);
-      }
+    // The panels stream in order; the prefetchers stop at each 4 KB page.
+    if (prefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(q0 + g * 64 + 512), _MM_HINT_T0);
+      if (NP > 1) _mm_prefetch(reinterpret_cast<const char*>(q1 + g * 64 + 512), _MM_HINT_T0);
+    }
+    __m256i lo[2 * NP], hi[2 * NP];
+    for (int h = 0; h < 2 * NP; ++h) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>((h < 2 ? q0 : q1) + g * 64 + (h % 2) * 32));
+      lo[h] = _mm256_and_si256(v, mask);
+      hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), mask);
+    }
+    // The 8 rows' fp16 scales (a lone panel's rows 4-7: its own again, their sums are zero).
+    const __m128i halves = _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(s0 + g * 4)),
+                                              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(s1 + g * 4)));
+    const __m256 scale = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(halves), lane_row);
+    for (int j = 0; j < MR; ++j) {
+      const int8_t* x = a.XQ + (m + j) * K + g * kGroup;
+      const __m256i x_lo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
+      const __m256i x_hi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x + 16)));
+      // Per 16-bit lane: two products of at most 15 * 127 (vpmaddubsw), the codes' halves added,
+      // then two pairwise sums: at most 8 * 3,810 = 30,480, exact in int16.
+      __m256i d[4];
+      for (int h = 0; h < 2 * NP; ++h) d[h] = _mm256_add_epi16(_mm256_maddubs_epi16(lo[h], x_lo), _mm256_maddubs_epi16(hi[h], x_hi));
+      if (NP == 1) d[2] = d[3] = _mm256_setzero_si256();
+      // [r0 x8 | r1 x8] .. [r6 x8 | r7 x8] -> [r0 x4 r2 x4 | r1 x4 r3 x4], [r4 r6 | r5 r7] ->
+      // [r0 x2 r2 x2 r4 x2 r6 x2 | r1 .. r7] -> (vpmaddwd) [r0 r2 r4 r6 | r1 r3 r5 r7] in int32.
+      const __m256i pairs = _mm256_hadd_epi16(_mm256_hadd_epi16(d[0], d[1]), _mm256_hadd_epi16(d[2], d[3]));
+      const __m256i dot = _mm256_madd_epi16(pairs, ones);
+      const __m256 sd = _mm256_mul_ps(scale, _mm256_set1_ps(a.DX[(m + j) * groups + g]));
+      acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), sd, acc[j]);
     }
   }
-  for (int i = 0; i < NR; ++i) {
-    const int64_t n = p * 4 + r0 + i;
-    for (int j = 0; j < MR; ++j)
-      a.O[(m + j) * a.N + n] = hsum(acc[i][j]) + offset_sum(a.Z + n * groups, a.XS + (m + j) * groups, groups) + (a.B ? a.B[n] : 0.0f);
+  for (int j = 0; j < MR; ++j) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc[j]);
+    const float* xs = a.XS + (m + j) * groups;
+    for (int l = 0; l < 8; ++l) {
+      if (kLaneRow[l] >= 4 * NP) continue;
+      const int64_t n = p * 4 + kLaneRow[l];
+      a.O[(m + j) * a.N + n] = lanes[l] + offset_sum(a.Z + n * groups, xs, groups) + (a.B ? a.B[n] : 0.0f);
+    }
   }
 }
 
-// Panel p's 4 weight rows in passes of NR (later passes find the panel in L1).
-template <int NR, int MR>
-inline void panel(const Args& a, int64_t m, int64_t p) {
-  for (int r0 = 0; r0 < 4; r0 += NR) tile<NR, MR>(a, m, p, r0);
-}
-
-// Input rows m .. m+count-1 (count 1..4): NR*MR accumulators plus the codes and the chain's
-// temporaries fit the 16 vector registers. More rows run in chunks of 4 (one pass of 8 rows
-// per weight row is slower than two of 4, with the panel in L1 for the second).
-inline void panel_rows(int64_t count, const Args& a, int64_t m, int64_t p) {
+// Input rows m .. m+count-1 (count 1..kRows) against panels p, p + 1 (or p alone).
+constexpr int64_t kRows = 8;
+template <int NP>
+inline void panel_rows(int64_t count, const Args& a, int64_t m, int64_t p, bool prefetch) {
   switch (count) {
-    case 1: panel<4, 1>(a, m, p); break;
-    case 2: panel<4, 2>(a, m, p); break;
-    case 3: panel<2, 3>(a, m, p); break;
-    default: panel<2, 4>(a, m, p); break;
+    case 1: avx2_tile<NP, 1>(a, m, p, prefetch); break;
+    case 2: avx2_tile<NP, 2>(a, m, p, prefetch); break;
+    case 3: avx2_tile<NP, 3>(a, m, p, prefetch); break;
+    case 4: avx2_tile<NP, 4>(a, m, p, prefetch); break;
+    case 5: avx2_tile<NP, 5>(a, m, p, prefetch); break;
+    case 6: avx2_tile<NP, 6>(a, m, p, prefetch); break;
+    case 7: avx2_tile<NP, 7>(a, m, p, prefetch); break;
+    default: avx2_tile<NP, 8>(a, m, p, prefetch); break;
   }
 }
 
@@ -157,9 +186,15 @@ inline bool use_vnni() { return vnni_enabled() && tandem_avx2::cpu_has_avx512_vn
 inline const char* tile_set() { return tandem_avx2::tile_set_name(vnni_enabled()); }
 
 // The AVX2 tiles over panels p0 .. p1-1 against all M input rows.
+// Two panels a tile; more input rows than a tile holds run in chunks, later ones finding the
+// panels in L1.
 inline void panel_range(const Args& a, int64_t M, int64_t p0, int64_t p1) {
-  for (int64_t p = p0; p < p1; ++p)
-    for (int64_t m = 0; m < M; m += 4) panel_rows(std::min<int64_t>(4, M - m), a, m, p);
+  int64_t p = p0;
+  if (M > 2)  // a row or two: a panel at a time is one stream, which memory serves fastest (same bits)
+    for (; p + 2 <= p1; p += 2)
+      for (int64_t m = 0; m < M; m += kRows) panel_rows<2>(std::min(kRows, M - m), a, m, p, m == 0);
+  for (; p < p1; ++p)
+    for (int64_t m = 0; m < M; m += kRows) panel_rows<1>(std::min(kRows, M - m), a, m, p, m == 0);
 }
 
 inline void linear_into(const Args& a, int64_t M) {

@@ -1,10 +1,9 @@
 // int4 weights x int8 inputs on AVX-512 VNNI (Zen 4+, Ice Lake+): the contract of reference.py
-// (the same integer dot products per group, the fp32 sums over groups in order), with a
-// quarter of the AVX2 tiles' instructions. Included by int4_gemm.h, which dispatches to it.
+// (the same integer dot products per group, the fp32 sums over groups in order), with half
+// the AVX2 tiles' instructions or fewer. Included by int4_gemm.h, which dispatches to it.
 //
-// Why: the AVX2 tile spends ~38 instructions per 128 weights of one row (per 32: widen the
-// codes, vpmaddubsw + vpmaddwd, then convert, scale and add the group's sum), so a drafter's
-// decode step runs at ~60-70% of memory speed there and its prompt prefill is bound by arithmetic. A
+// Why: the AVX2 tile needs two vpmaddubsw per 32 weights of a row and input row and a 16-bit
+// reduction across rows before it can scale a group; its multi-row passes are bound by arithmetic. A
 // panel holds a group's 4 weight rows in 64 contiguous bytes: here one 512-bit load takes all
 // four, two vpdpbusd multiply-add their 128 codes by the row's inputs (broadcast to each row's
 // 128-bit lane) into exact int32 sums, and one convert, scale and FMA fold the group into the

@@ -4,8 +4,8 @@
 // (vpmaddubsw / vpmaddwd): 32 weights cost ~10 instructions where widening them to fp32 cost
 // ~22, so one decode row is bound by memory bandwidth again, and a verification block reuses
 // each group's codes, already in registers, for every row.
-// Each output is one FMA chain over the groups in order, then a fixed-order horizontal sum; the
-// integer sums are exact: a row's bits never depend on how many rows share the call.
+// Each output is one FMA chain over the groups' exact integer sums in order (the VNNI tiles: four
+// such chains, then a fixed-order sum): a row's bits never depend on how many rows share the call.
 #include "int4_gemm.h"
 #include "torch_linear.h"
 

@@ -255,9 +255,11 @@ def test_fused_runner_matches_transformers_on_an_int4_drafter(tiny_pair):
     got = torch.cat([fused.forward_hidden(prompt[:5], n_last=5), fused.forward_hidden(prompt[5:], n_last=len(prompt) - 5)])
     # Each int4 layer rounds its inputs to int8, where a last-bit difference (attention's
     # summation order: transformers' SDPA vs the kernel) can land on the other side of a step,
-    # and this random 4-layer net amplifies such steps: close, not bit-equal.
+    # and this random 4-layer net amplifies such steps: close, not bit-equal. How close depends
+    # on the tiles' fp32 order (0.04-0.055 measured on two of them); a wrong context is off by far
+    # more (every position one too far: 0.6).
     rel = float((got - want).norm() / want.norm())
-    assert rel < 0.05, rel
+    assert rel < 0.1, rel
 
 
 def test_greedy_output_is_identical_with_the_fused_int4_drafter(tiny_pair):
