@@ -43,7 +43,8 @@ def baseline_module(rev: str, package: str = "gguf_linear", source: str = "gguf_
                     flags: tuple[str, ...] = ("-mf16c", "-ffp-contract=off")):
     """A kernel package's AVX2 extension as of ``rev``, compiled from a copy of its sources with
     the ``flags`` its cpu_avx2.py gives: the GGUF linears by default; the attention with
-    ``package="attention", source="attention_avx2.cpp", flags=("-mf16c",)``."""
+    ``package="attention", source="attention_avx2.cpp", flags=("-mf16c",)``; the int4 linears with
+    ``package="int4_linear", source="int4_linear_avx2.cpp", flags=("-mf16c",)``."""
     from kernels.build import compile_avx2
 
     folder = Path(tempfile.mkdtemp(prefix=f"{package}_baseline_"))
@@ -54,7 +55,8 @@ def baseline_module(rev: str, package: str = "gguf_linear", source: str = "gguf_
         text = subprocess.run(["git", "show", f"{rev}:kernels/{package}/{name}"], cwd=ROOT, check=True,
                               capture_output=True).stdout
         (folder / name).write_bytes(text)
-    (folder / "avx2_common.h").write_bytes((ROOT / "kernels" / "avx2_common.h").read_bytes())
+    for shared in (ROOT / "kernels").glob("*.h"):  # the headers every package shares, as they are now
+        (folder / shared.name).write_bytes(shared.read_bytes())
     headers = tuple(sorted(p for p in folder.iterdir() if p.suffix in (".h", ".inc")))
     return compile_avx2(f"tandem_{package}_baseline_{rev.replace('~', '_').replace('^', '_')}", folder / source,
                         headers, flags)
