@@ -159,13 +159,20 @@ def _gguf_names(file: GgufFile, model: nn.Module) -> dict[str, str]:
     return found
 
 
-def _packed_copies_fit(file: GgufFile, linears: list[str]) -> bool:
-    """Whether the kernels may hold their own layout of the matrices ``linears`` name (where the
-    AVX2 tiles run, Q4_K and Q6_K: kernels.gguf_linear). That copy is the process's own memory,
-    which the OS cannot drop as it drops a mapped file's pages: where free memory does not hold it
-    (a model larger than RAM, streamed from disk), the weights stay the file's mapped bytes."""
+def packed_copy_bytes(file: GgufFile, names) -> int:
+    """At most what the CPU kernels' own layout of the matrices ``names`` takes (where the AVX2
+    tiles run, Q4_K and Q6_K: kernels.gguf_linear; 3% over the file's bytes of them); 0 where
+    none of them is laid out again."""
     packed_types = {t.name for t in gguf_linear.packed_types()}
-    needed = sum(file.tensors[name].nbytes for name in set(linears) if file.tensors[name].type_name in packed_types)
+    return int(1.03 * sum(file.tensors[name].nbytes for name in set(names) if file.tensors[name].type_name in packed_types))
+
+
+def _packed_copies_fit(file: GgufFile, linears: list[str]) -> bool:
+    """Whether the kernels may hold their own layout of the matrices ``linears`` name. That copy is
+    the process's own memory, which the OS cannot drop as it drops a mapped file's pages: where
+    free memory does not hold it (a model larger than RAM, streamed from disk), the weights stay
+    the file's mapped bytes."""
+    needed = packed_copy_bytes(file, linears)
     if not needed:
         return False
     import psutil
@@ -173,12 +180,12 @@ def _packed_copies_fit(file: GgufFile, linears: list[str]) -> bool:
     from engine.gguf.resident import COPY_HEADROOM
 
     # The file's pages in the page cache count as available, and each is released once its
-    # matrix is copied: what must fit is the copy (3% over the file's bytes at most).
+    # matrix is copied: what must fit is the copy.
     available = psutil.virtual_memory().available
-    if needed * 1.03 + COPY_HEADROOM <= available:
+    if needed + COPY_HEADROOM <= available:
         return True
     log.warning("%s: the CPU kernels' own layout of its weights needs %.0f MiB and %.0f MiB is free: "
-                "computing from the mapped file instead (slower on this CPU)", file.name, needed * 1.03 / 2**20,
+                "computing from the mapped file instead (slower on this CPU)", file.name, needed / 2**20,
                 available / 2**20)
     return False
 

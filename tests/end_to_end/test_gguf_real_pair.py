@@ -67,14 +67,14 @@ print(json.dumps(measure(Path(sys.argv[1]), None, "file", 256, 8, "cpu")))
 
 
 def _packed_bytes(path: Path) -> int:
-    """The bytes of ``path``'s matrices that the CPU kernels lay out again where their AVX2 tiles
-    run (kernels.gguf_linear: Q4_K and Q6_K on a CPU without AVX-512 VNNI), 0 elsewhere. The
-    untied input embedding stays the file's (looked up row by row)."""
+    """At most what the CPU kernels' own layout of ``path``'s matrices takes where their AVX2 tiles
+    run (engine.gguf.model's rule), 0 elsewhere. The untied input embedding stays the file's
+    (looked up row by row)."""
+    from engine.gguf.model import packed_copy_bytes
     from engine.gguf.reader import open_gguf
-    from kernels import gguf_linear
 
-    types = {t.name for t in gguf_linear.packed_types()}
-    return sum(t.nbytes for name, t in open_gguf(path).tensors.items() if t.type_name in types and name != "token_embd.weight")
+    file = open_gguf(path)
+    return packed_copy_bytes(file, [name for name in file.tensors if name != "token_embd.weight"])
 
 
 def test_memory_holds_the_file_mapped_and_no_copy_of_it():
@@ -87,7 +87,7 @@ def test_memory_holds_the_file_mapped_and_no_copy_of_it():
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
     size = target.stat().st_size
-    packed = 1.03 * _packed_bytes(target)  # the layout's copy: at most 3% over the file's bytes
+    packed = _packed_bytes(target)  # the layout's copy
     # The sampler's peaks, not ru_maxrss: Linux carries a parent's high-water mark over exec (this
     # test process may hold the pair already). Loading maps the file; it reads almost none of it
     # (what it reads to lay out again, it releases).
