@@ -262,7 +262,6 @@ inline bool& avx512_enabled() {
 constexpr int kMaxGroup = 6;
 
 inline bool sixteen_lanes(const Shape& s) { return avx512_enabled() && s.D % 16 == 0; }
-inline int query_group(const Shape&) { return kMaxGroup; }
 
 template <typename QT, typename KT>
 inline void chunk_partials_any(int nq, const QT* const* qs, const KT* kh, const KT* vh, const Shape& s, int64_t j0,
@@ -292,7 +291,6 @@ inline void chunk_partials_any(int nq, const QT* const* qs, const KT* kh, const 
 template <typename QT, typename KT>
 void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
   const int64_t group = s.H / s.KVH, D = s.D;
-  const int kGroup = query_group(s);
   // Chunks 0 .. shared_chunks - 1 are whole for every row (row 0 sees the fewest keys); their
   // partials, partial[i][h][c] = (m, l, a[D]), come from pass 1. A row's later chunks (the last,
   // partly visible ones) are computed in the merge pass.
@@ -303,7 +301,7 @@ void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
   std::unique_ptr<float[]> partial(new float[static_cast<size_t>(std::max<int64_t>(1, s.Q * s.H * shared_chunks * stride))]);
   auto slot = [&](int64_t i, int64_t h, int64_t c) { return partial.get() + ((i * s.H + h) * shared_chunks + c) * stride; };
   // Pass 1: the chunks every row sees whole, cut by (KV head, chunk): each unit reads its keys
-  // and values once for every query head of the group and every row, kGroup queries at a time.
+  // and values once for every query head of the group and every row, kMaxGroup queries at a time.
   at::parallel_for(0, s.KVH * shared_chunks, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(kMaxGroup * row), qf(kMaxGroup * D);
     for (int64_t u = begin; u < end; ++u) {
@@ -311,8 +309,8 @@ void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
       const KT* kh = k + g * s.kv_head;
       const KT* vh = v + g * s.kv_head;
       const int64_t total = s.Q * group;  // (row, head) pairs of this KV head
-      for (int64_t t = 0; t < total; t += kGroup) {
-        const int nq = static_cast<int>(std::min<int64_t>(kGroup, total - t));
+      for (int64_t t = 0; t < total; t += kMaxGroup) {
+        const int nq = static_cast<int>(std::min<int64_t>(kMaxGroup, total - t));
         const QT* qs[kMaxGroup];
         float* as[kMaxGroup];
         float ms[kMaxGroup], ls[kMaxGroup];
@@ -329,16 +327,16 @@ void attend(const QT* q, const KT* k, const KT* v, QT* out, const Shape& s) {
       }
     }
   });
-  // Pass 2: per (row, up to kGroup heads of one KV group), the remaining chunks (the last, partly
+  // Pass 2: per (row, up to kMaxGroup heads of one KV group), the remaining chunks (the last, partly
   // visible ones: the heads of a row see the same keys), merged with the shared partials in
   // chunk order, each head alone.
-  const int64_t parts_per_group = (group + kGroup - 1) / kGroup;
+  const int64_t parts_per_group = (group + kMaxGroup - 1) / kMaxGroup;
   at::parallel_for(0, s.Q * s.KVH * parts_per_group, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores(kMaxGroup * row), qf(kMaxGroup * D), a(kMaxGroup * D), acc(kMaxGroup * D);
     for (int64_t idx = begin; idx < end; ++idx) {
       const int64_t i = idx / (s.KVH * parts_per_group), rest = idx % (s.KVH * parts_per_group);
-      const int64_t g = rest / parts_per_group, h0 = g * group + (rest % parts_per_group) * kGroup;
-      const int nq = static_cast<int>(std::min<int64_t>(kGroup, (g + 1) * group - h0));
+      const int64_t g = rest / parts_per_group, h0 = g * group + (rest % parts_per_group) * kMaxGroup;
+      const int nq = static_cast<int>(std::min<int64_t>(kMaxGroup, (g + 1) * group - h0));
       const int64_t visible = s.visible(i);
       const int64_t own_chunks = (visible + kChunk - 1) / kChunk;
       const KT* kh = k + g * s.kv_head;
