@@ -127,7 +127,7 @@ inline void avx2_tile(const Args& a, int64_t m, int64_t p, bool prefetch) {
   const int64_t K = a.K, groups = K / kGroup;
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i mask = _mm256_set1_epi8(0x0F);
-  const __m256i lane_row = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256i lane_row = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kLaneRow));
   const uint8_t* q0 = a.Q + p * groups * 64;
   const uint8_t* q1 = q0 + (NP > 1 ? groups * 64 : 0);
   const uint16_t* s0 = a.S + p * groups * 4;
