@@ -26,28 +26,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import torch
-
 from engine.core.sampler import Sampler
 from engine.drafters.base import Draft, DrafterBase
+from engine.drafters.prompt_lookup import longest_match_continuation
 from engine.models.runners.prefix_reuse import common_prefix
-
-
-def longest_match_continuation(context: list[int], k: int, max_ngram: int = 8) -> tuple[int, list[int]]:
-    """(n, up to k tokens that followed the latest earlier match of the trailing n-gram), for the
-    longest n <= max_ngram that matches; (0, []) when even one token does not recur."""
-    if k <= 0 or len(context) < 2:
-        return 0, []
-    ids = torch.tensor(context)
-    for n in range(min(max_ngram, len(context) - 1), 0, -1):
-        windows = ids[:-1].unfold(0, n, 1)  # every n-gram with at least one token after it
-        hits = (windows == ids[-n:]).all(dim=1).nonzero().flatten()
-        if hits.numel():
-            start = int(hits[-1]) + n
-            return n, context[start : start + k]
-    return 0, []
-
-
 
 #: While speculation is off, a lookup guess is verified where its expected tokens per pass beat
 #: a plain pass by this factor (what the wider pass costs, measured, is already counted).
@@ -134,9 +116,7 @@ class LookupFirstDrafter(DrafterBase):
             self.lookup_steps += 1
             self._pending = (len(context), held, tuple(held[:k]), True)
             return Draft(tuple(held[:k]))
-        n, guess = longest_match_continuation(context, k)
-        if n < self.min_match:
-            guess = []
+        _, guess = longest_match_continuation(context, k, min_ngram=self.min_match)
         self.catch_up_s = 0.0
         if guess and self._lookup_pays():
             self.lookup_steps += 1
@@ -162,8 +142,8 @@ class LookupFirstDrafter(DrafterBase):
         right per guess pays for that by OFF_MARGIN; the next ``propose`` returns it. A guess not
         drafted is scored all the same, so the record follows the text while speculation is off."""
         self._score_previous(context)
-        n, guess = longest_match_continuation(context, k)
-        if n < self.min_match or not guess:
+        _, guess = longest_match_continuation(context, k, min_ngram=self.min_match)
+        if not guess:
             return 0
         gain, best = max(((min(self.lookup_score, j) + 1) / cost(j), j) for j in range(1, len(guess) + 1))
         if gain > OFF_MARGIN:

@@ -8,7 +8,8 @@ from engine.core.sampler import Sampler
 from engine.core.settings import DecodeSettings
 from engine.decode.decoding import plain_decode, speculative_decode
 from engine.drafters import DraftModelDrafter
-from engine.drafters.lookup_first import LookupFirstDrafter, longest_match_continuation
+from engine.drafters.lookup_first import LookupFirstDrafter
+from engine.drafters.prompt_lookup import longest_match_continuation
 from engine.models.runners.runner import ModelRunner
 from tests.engine.helpers import run_to_end
 
@@ -21,6 +22,34 @@ def test_longest_match_wins_and_the_latest_occurrence_is_continued():
     assert longest_match_continuation([4, 5, 6], 3) == (0, [])  # nothing recurs
     assert longest_match_continuation(context, 0) == (0, [])
     assert longest_match_continuation([8, 8], 3) == (1, [8])  # the match may overlap the tail
+    assert longest_match_continuation(context, 2, min_ngram=4) == (0, [])  # only 3-grams recur
+
+
+def _latest_match_by_scanning(context: list[int], k: int, max_ngram: int, min_ngram: int) -> tuple[int, list[int]]:
+    """The definition, position by position: the longest trailing n-gram with an earlier
+    occurrence (one token at least after it), continued from its latest one."""
+    for n in range(min(max_ngram, len(context) - 1), min_ngram - 1, -1):
+        tail = context[-n:]
+        for start in range(len(context) - 1 - n, -1, -1):
+            if context[start:start + n] == tail:
+                return n, context[start + n:start + n + k]
+    return 0, []
+
+
+@pytest.mark.parametrize("vocab", [3, 40, 70000, 151936])
+def test_the_byte_search_finds_what_scanning_finds(vocab):
+    # Ids above 255 span several bytes: a byte match straddling two tokens (ids whose low bytes
+    # are 0, as 65536 and 131072 here) must not count, and the search goes on further back.
+    rng = torch.Generator().manual_seed(vocab)
+    for trial in range(200):
+        length = int(torch.randint(2, 120, (1,), generator=rng))
+        ids = torch.randint(0, vocab, (length,), generator=rng)
+        if vocab > 65536 and trial % 2:
+            ids = torch.where(ids % 3 == 0, torch.tensor(65536), torch.where(ids % 3 == 1, torch.tensor(131072), torch.tensor(1)))
+        context = ids.tolist()
+        for max_ngram, min_ngram in ((8, 1), (3, 1), (8, 3)):
+            assert longest_match_continuation(context, 4, max_ngram, min_ngram) == \
+                _latest_match_by_scanning(context, 4, max_ngram, min_ngram), context
 
 
 def _greedy() -> Sampler:
