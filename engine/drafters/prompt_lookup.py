@@ -4,7 +4,7 @@ that quotes its input.
 
 The search runs on every pass of a request that may use lookup, plain passes included (its
 guesses are scored while speculation is off), over the whole context. Comparing tensor windows
-for each n-gram length took 2.7 ms a pass at 4k tokens of context (3% of a decode step on 2
+for each n-gram length took 2.2-2.7 ms a pass at 4k tokens of context (2-3% of a decode step on 2
 cores, which plain decoding does not pay) and grew with the context; the context's ids as bytes
 and ``bytes.rfind`` (a C search from the end, stopping at the latest match) take ~0.1 ms there.
 """
