@@ -16,4 +16,10 @@ def causal_attention(query, key, value, scaling):
     return backends.active.causal_attention(query, key, value, scaling)
 
 
-__all__ = ["active_backend", "available_backends", "causal_attention", "fast_backend", "use_backend"]
+def rotary_attention(qkv, cos, signed_sin, k_cache, v_cache, layer, start, heads, kv_heads, scaling):
+    """A decoder layer's attention from its q / k / v projection in one call (see
+    reference.rotary_attention): rotate, write the new keys and values into the cache, attend."""
+    return backends.active.rotary_attention(qkv, cos, signed_sin, k_cache, v_cache, layer, start, heads, kv_heads, scaling)
+
+
+__all__ = ["active_backend", "available_backends", "causal_attention", "fast_backend", "rotary_attention", "use_backend"]

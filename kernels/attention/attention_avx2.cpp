@@ -46,7 +46,103 @@ void dispatch_kv(torch::Tensor query, torch::Tensor key, torch::Tensor value, to
   }
 }
 
+// The rotary embedding of one head's row, t * cos + roll(t, D / 2) * signed_sin, with each
+// product and the sum rounded on its own as PyTorch's three elementwise ops round them (the
+// runner's _rotate): fp-contract off, or the compiler would fuse a product into the sum (FMA).
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+__attribute__((noinline)) void rotate_row(const float* t, const float* cos, const float* ssin, float* out, int64_t D) {
+  const int64_t half = D / 2;
+  if (half % 8 == 0) {  // an 8-lane step never straddles the halves
+    for (int64_t d = 0; d < D; d += 8) {
+      const int64_t from = d < half ? d + half : d - half;
+      const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(t + d), _mm256_loadu_ps(cos + d));
+      const __m256 b = _mm256_mul_ps(_mm256_loadu_ps(t + from), _mm256_loadu_ps(ssin + d));
+      _mm256_storeu_ps(out + d, _mm256_add_ps(a, b));
+    }
+    return;
+  }
+  for (int64_t d = 0; d < D; ++d) {
+    const float a = t[d] * cos[d], b = t[d < half ? d + half : d - half] * ssin[d];
+    out[d] = a + b;
+  }
+}
+#pragma GCC pop_options
+
+// fp32 -> the cache's type, rounded as PyTorch's copy into it rounds (to nearest, ties to even).
+template <typename KT>
+inline void store_row(const float* x, KT* out, int64_t D) {
+  for (int64_t d = 0; d < D; ++d) out[d] = static_cast<KT>(x[d]);
+}
+
+template <typename KT>
+void rotate_store_attend(const float* qkv, int64_t qkv_row, const float* cos, const float* ssin, float* q, KT* kc, KT* vc,
+                         float* out, const Shape& s, int64_t start) {
+  const int64_t n = s.Q, H = s.H, KVH = s.KVH, D = s.D;
+  std::vector<float> k(D);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = qkv + r * qkv_row;
+    const float *c = cos + r * D, *ss = ssin + r * D;
+    for (int64_t h = 0; h < H; ++h) rotate_row(row + h * D, c, ss, q + (r * H + h) * D, D);
+    for (int64_t h = 0; h < KVH; ++h) {
+      rotate_row(row + (H + h) * D, c, ss, k.data(), D);
+      store_row(k.data(), kc + h * s.kv_head + (start + r) * s.kv_pos, D);
+      store_row(row + (H + KVH + h) * D, vc + h * s.kv_head + (start + r) * s.kv_pos, D);
+    }
+  }
+  attend<float, KT>(q, kc, vc, out, s);
+}
+
 }  // namespace
+
+// One attention layer of a decoder after its q / k / v projection, in one call: rotates the
+// new rows' queries and keys (rotary embedding, ``cos`` / ``signed_sin`` [n, D] as the runner's
+// _rotate takes them), writes their keys and values into the layer's cache rows start .. start +
+// n - 1 (k_cache / v_cache [layers, KVH, capacity, D], fp32, bf16 or fp16), and attends them
+// over the cache as causal_attention does. qkv [n, (H + 2 KVH) D] fp32: the queries, keys and
+// values side by side. Returns [n, H D]. Bit for bit the runner's own sequence (rotate, copy
+// into the cache, causal_attention) with a dozen fewer operator calls a layer.
+torch::Tensor rotary_attention(torch::Tensor qkv, torch::Tensor cos, torch::Tensor signed_sin, torch::Tensor k_cache,
+                               torch::Tensor v_cache, int64_t layer, int64_t start, int64_t heads, int64_t kv_heads,
+                               double scaling) {
+  TORCH_CHECK(qkv.dim() == 2 && cos.dim() == 2 && signed_sin.dim() == 2 && k_cache.dim() == 4, "unsupported shapes");
+  TORCH_CHECK(qkv.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat && signed_sin.scalar_type() == at::kFloat,
+              "qkv, cos and sin in fp32");
+  TORCH_CHECK(k_cache.sizes() == v_cache.sizes() && k_cache.strides() == v_cache.strides() && k_cache.is_contiguous(),
+              "key and value caches must share one contiguous layout");
+  TORCH_CHECK(k_cache.scalar_type() == v_cache.scalar_type(), "one dtype for keys and values");
+  Shape s;
+  s.Q = qkv.size(0), s.H = heads, s.KVH = kv_heads, s.D = k_cache.size(3);
+  TORCH_CHECK(s.Q > 0 && s.H > 0 && s.KVH > 0 && s.H % s.KVH == 0 && s.D % 8 == 0 && k_cache.size(1) == s.KVH,
+              "unsupported attention shape");
+  TORCH_CHECK(qkv.size(1) == (s.H + 2 * s.KVH) * s.D && qkv.stride(1) == 1, "qkv must be [rows, (H + 2 KVH) D], rows contiguous");
+  TORCH_CHECK(cos.is_contiguous() && signed_sin.is_contiguous() && cos.size(0) == s.Q && cos.size(1) == s.D &&
+              signed_sin.sizes() == cos.sizes(), "cos / sin must be [rows, D] contiguous");
+  TORCH_CHECK(layer >= 0 && layer < k_cache.size(0) && start >= 0 && start + s.Q <= k_cache.size(2), "cache rows out of range");
+  s.L = start + s.Q;
+  s.q_row = s.H * s.D, s.q_head = s.D, s.kv_head = k_cache.stride(1), s.kv_pos = k_cache.stride(2);
+  s.scaling = static_cast<float>(scaling);
+  auto q = torch::empty({s.Q, s.H, s.D}, qkv.options());
+  auto out = torch::empty({s.Q, s.H * s.D}, qkv.options());
+  const int64_t offset = layer * k_cache.stride(0);
+  const float *x = qkv.data_ptr<float>(), *c = cos.data_ptr<float>(), *ss = signed_sin.data_ptr<float>();
+  switch (k_cache.scalar_type()) {
+    case at::kFloat:
+      rotate_store_attend<float>(x, qkv.stride(0), c, ss, q.data_ptr<float>(), k_cache.data_ptr<float>() + offset,
+                                 v_cache.data_ptr<float>() + offset, out.data_ptr<float>(), s, start);
+      break;
+    case at::kBFloat16:
+      rotate_store_attend<at::BFloat16>(x, qkv.stride(0), c, ss, q.data_ptr<float>(), k_cache.data_ptr<at::BFloat16>() + offset,
+                                        v_cache.data_ptr<at::BFloat16>() + offset, out.data_ptr<float>(), s, start);
+      break;
+    case at::kHalf:
+      rotate_store_attend<at::Half>(x, qkv.stride(0), c, ss, q.data_ptr<float>(), k_cache.data_ptr<at::Half>() + offset,
+                                    v_cache.data_ptr<at::Half>() + offset, out.data_ptr<float>(), s, start);
+      break;
+    default: TORCH_CHECK(false, "keys and values in fp32, bf16 or fp16 only");
+  }
+  return out;
+}
 
 // query [1, H, Q, D], key/value [1, KVH, L, D] (the cache, new rows last); returns [1, Q, H, D]
 // in the query's dtype.
@@ -73,6 +169,9 @@ torch::Tensor causal_attention(torch::Tensor query, torch::Tensor key, torch::Te
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("causal_attention", &causal_attention, "batch-invariant causal attention for new rows against a KV cache",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("rotary_attention", &rotary_attention,
+        "rotate the new rows' queries and keys, write keys and values into a layer's cache, attend",
         py::call_guard<py::gil_scoped_release>());
   m.def("attention_isa", []() { return std::string(tandem_avx2::tile_set_name(tandem_attention::avx512_enabled())); },
         "which partials run: avx512_vnni (16 lanes) or avx2 (8)");

@@ -17,6 +17,11 @@ def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return _module().causal_attention(query, key, value, scaling)
 
 
+def rotary_attention(qkv, cos, signed_sin, k_cache, v_cache, layer: int, start: int, heads: int, kv_heads: int,
+                     scaling: float) -> torch.Tensor:
+    return _module().rotary_attention(qkv, cos, signed_sin, k_cache, v_cache, layer, start, heads, kv_heads, scaling)
+
+
 def attention_isa() -> str:
     """Which partials run: "avx512_vnni" (16 lanes, where the CPU has AVX-512) or "avx2"."""
     return _module().attention_isa()

@@ -27,3 +27,26 @@ def causal_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
         weights = ((q @ k[:, :visible].transpose(1, 2)) * scaling).softmax(-1)
         rows.append(weights @ v[:, :visible])  # [H, 1, D]
     return torch.cat(rows, dim=1).transpose(0, 1).unsqueeze(0).float().to(query.dtype)  # [1, Q, H, D]
+
+
+def rotate(t: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """The rotate-half rotary embedding, t * cos + cat(-t2, t1) * sin, as t * cos + roll(t) *
+    signed_sin (signed_sin = cat(-sin1, sin2): (-a) * b is -(a * b) exactly, so the bits are the
+    same). t [rows, heads, D], cos / signed_sin [rows, 1, D]."""
+    return t * cos + t.roll(t.shape[-1] // 2, dims=-1) * signed_sin
+
+
+def rotary_attention(qkv: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, k_cache: torch.Tensor,
+                     v_cache: torch.Tensor, layer: int, start: int, heads: int, kv_heads: int, scaling: float) -> torch.Tensor:
+    """A decoder layer's attention after its q / k / v projection: qkv [n, (H + 2 KVH) D] fp32
+    (queries, keys, values side by side), cos / signed_sin [n, D]. The new rows' queries and
+    keys rotated; their keys and values written into rows start .. start + n - 1 of the layer's
+    cache (k_cache / v_cache [layers, KVH, capacity, D], rounded to its dtype); the queries
+    attended over the cache up to them (causal_attention). Returns [n, H D]."""
+    n, D = qkv.shape[0], k_cache.shape[-1]
+    end = start + n
+    qk = rotate(qkv[:, : (heads + kv_heads) * D].view(n, heads + kv_heads, D), cos[:, None], signed_sin[:, None])
+    k_cache[layer, :, start:end] = qk[:, heads:].transpose(0, 1)
+    v_cache[layer, :, start:end] = qkv[:, (heads + kv_heads) * D :].view(n, kv_heads, D).transpose(0, 1)
+    query = qk[:, :heads].transpose(0, 1).unsqueeze(0)
+    return causal_attention(query, k_cache[layer : layer + 1, :, :end], v_cache[layer : layer + 1, :, :end], scaling)[0].reshape(n, heads * D)

@@ -30,6 +30,7 @@ from torch.nn import functional as F
 from engine.gguf.modules import DenseLinear, GgufLinear
 from engine.models.runners.own_cache_runner import OwnCacheRunner
 from kernels import attention, gguf_linear
+from kernels.attention.reference import rotate as _rotate
 
 log = logging.getLogger(__name__)
 
@@ -102,13 +103,6 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def _rotate(t: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-    """transformers' rotate-half rotary embedding, t * cos + cat(-t2, t1) * sin, in 4 ops not 7:
-    ``signed_sin`` is cat(-sin1, sin2) (see _signed_sin) and (-a) * b is -(a * b) exactly, so
-    roll(t) * signed_sin has the same bits. t [rows, heads, D], cos / sin [rows, 1, D]."""
-    return t * cos + t.roll(t.shape[-1] // 2, dims=-1) * signed_sin
-
-
 def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
     half = sin.shape[-1] // 2
     return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
@@ -146,34 +140,27 @@ class GgufRunner(OwnCacheRunner):
         angles = torch.cat((freqs, freqs), dim=-1)
         cos = (angles.cos() * self.rope_scale)[:, None, :]
         sin = _signed_sin((angles.sin() * self.rope_scale)[:, None, :])
+        cos_rows, sin_rows = cos.view(n, -1), sin.view(n, -1)  # [n, D], as rotary_attention takes them
         H, KVH, D = self.n_heads, self.n_kv, self.head_dim
         kept = {}  # the inputs of the layers an EAGLE-3 drafter reads
         for i, layer in enumerate(self.layers):
             if i in self.aux_layers:
                 kept[i] = x
             h = _rms_norm(x, layer.input_norm, self.eps)
-            if layer.qkv is not None:
+            if layer.qkv is not None and layer.q_norm is None:
+                # Rotation, the cache's new rows and attention in one kernel call (the same bits
+                # as the ops below, a dozen fewer operator calls a layer).
                 qkv = gguf_linear.linear_group(h, *layer.qkv)
-                qk, v = qkv[:, : (H + KVH) * D].view(n, H + KVH, D), qkv[:, (H + KVH) * D :].view(n, KVH, D)
-                if layer.q_norm is None:  # the rotation is per element: q and k in one go
-                    qk = _rotate(qk, cos, sin)
-                    q, k = qk[:, :H], qk[:, H:]
-                else:
-                    q = _rotate(_rms_norm(qk[:, :H], layer.q_norm, self.eps), cos, sin)
-                    k = _rotate(_rms_norm(qk[:, H:], layer.k_norm, self.eps), cos, sin)
+                out = attention.rotary_attention(qkv, cos_rows, sin_rows, self.kv.k, self.kv.v, i, start, H, KVH, self.scaling)
+                x = x + layer.o(out)
             else:
-                q = layer.q(h).view(n, H, D)
-                k = layer.k(h).view(n, KVH, D)
-                v = layer.v(h).view(n, KVH, D)
-                if layer.q_norm is not None:
-                    q, k = _rms_norm(q, layer.q_norm, self.eps), _rms_norm(k, layer.k_norm, self.eps)
-                q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            self.kv.k[i, :, start:end] = k.transpose(0, 1)
-            self.kv.v[i, :, start:end] = v.transpose(0, 1)
-            keys, values = self.kv.k[i : i + 1, :, :end], self.kv.v[i : i + 1, :, :end]
-            query = q.transpose(0, 1).unsqueeze(0)  # [1, H, n, D], head_dim contiguous
-            out = attention.causal_attention(query, keys, values, self.scaling)[0]  # [n, H, D]
-            x = x + layer.o(out.reshape(n, H * D))
+                q, k, v = self._project(layer, h, n, cos, sin)
+                self.kv.k[i, :, start:end] = k.transpose(0, 1)
+                self.kv.v[i, :, start:end] = v.transpose(0, 1)
+                keys, values = self.kv.k[i : i + 1, :, :end], self.kv.v[i : i + 1, :, :end]
+                query = q.transpose(0, 1).unsqueeze(0)  # [1, H, n, D], head_dim contiguous
+                out = attention.causal_attention(query, keys, values, self.scaling)[0]  # [n, H, D]
+                x = x + layer.o(out.reshape(n, H * D))
             h = _rms_norm(x, layer.post_norm, self.eps)
             if layer.gate_up is not None:
                 gate_up = gguf_linear.linear_group(h, *layer.gate_up)
@@ -186,6 +173,23 @@ class GgufRunner(OwnCacheRunner):
             kept[len(self.layers)] = x
             self.aux, self.aux_start = torch.cat([kept[i] for i in self.aux_layers], dim=-1), start
         return _rms_norm(x[-n_last:], self.final_norm, self.eps)
+
+    def _project(self, layer: _Layer, h: torch.Tensor, n: int, cos: torch.Tensor, sin: torch.Tensor):
+        """q [n, H, D], k and v [n, KVH, D] of a layer whose projections are not one plain group
+        (separate calls, or Qwen3's per-head norms before the rotation), rotated."""
+        H, KVH, D = self.n_heads, self.n_kv, self.head_dim
+        if layer.qkv is not None:
+            qkv = gguf_linear.linear_group(h, *layer.qkv)
+            qk, v = qkv[:, : (H + KVH) * D].view(n, H + KVH, D), qkv[:, (H + KVH) * D :].view(n, KVH, D)
+            q = _rotate(_rms_norm(qk[:, :H], layer.q_norm, self.eps), cos, sin)
+            k = _rotate(_rms_norm(qk[:, H:], layer.k_norm, self.eps), cos, sin)
+            return q, k, v
+        q = layer.q(h).view(n, H, D)
+        k = layer.k(h).view(n, KVH, D)
+        v = layer.v(h).view(n, KVH, D)
+        if layer.q_norm is not None:
+            q, k = _rms_norm(q, layer.q_norm, self.eps), _rms_norm(k, layer.k_norm, self.eps)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin), v
 
     def forward(self, token_ids: list[int] | torch.Tensor, n_logits: int = 1) -> torch.Tensor:
         """Logits through the model's own LM head, as ModelRunner.forward."""
