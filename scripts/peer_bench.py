@@ -2,6 +2,7 @@
 
     python scripts/peer_bench.py --llama-cpp /tmp/peer/build [--draft-max 3 5 8] [--repeats 1]
         [--category code ...] [--limit N] [--no-int4] [--json docs/benchmarks/FILE.json]
+        [--mode sample --temperature 0.7 --seeds 0,1]
         [model options of `tandem bench`; default: the default pair's GGUF target, --precision file]
 
 llama.cpp (its llama-bench and llama-speculative-simple, built apart: see
@@ -10,7 +11,11 @@ engine/bench/llamacpp.BUILD_HINT, printed when they are missing) is a benchmark 
 For every prompt, in this order: Tandem's plain and speculative decoding of the prompt
 (engine.bench.suite.run_bench, as `tandem bench` runs it), then llama.cpp's plain decode rate
 (llama-bench -p 0 -n N) and its draft-model speculation on the same chat-formatted prompt at each
---draft-max: a load drift in the shared machine slows both sides alike. Then, for reference,
+--draft-max: a load drift in the shared machine slows both sides alike. With --mode sample both
+engines sample at --temperature alone (no top-k / top-p / min-p cut) at every seed of --seeds:
+Tandem's plain and speculative runs as `tandem bench --mode sample` times them, llama.cpp's
+speculation once per seed (geometric means over seeds, as Tandem's rows); llama-bench's plain
+rate does not sample (what sampling costs a token is small beside a step). Then, for reference,
 Tandem's int4 precision on the converted target, each prompt followed by one more llama-bench
 run. All figures are decode rates (tokens over the time after the prompt's prefill), both threads
 counts the same (--threads, default 2; Tandem gives threads up to cores other programs keep busy
@@ -59,6 +64,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         " repacked AMX path is what runs; on a VM that exposes AMX its speculative binary crashed there"
                         " (SIGSEGV in ggml_backend_amx_mul_mat) and its plain decode ran slower than without repacking")
     add_load_options(p, "while both engines run")
+    p.add_argument("--mode", choices=["greedy", "sample"], default="greedy",
+                   help="greedy (the default) or sample: both engines at --temperature, every seed of --seeds")
+    p.add_argument("--temperature", type=float, default=0.7, help="with --mode sample (default 0.7)")
+    p.add_argument("--seeds", default="2", help="with --mode sample: N (seeds 0 to N-1) or S1,S2,... (default 2)")
     p.add_argument("--json", default="peer-llamacpp.json")
     model_options(p)
     p.set_defaults(precision="file", max_new_tokens=96)
@@ -68,6 +77,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     except ValueError as e:
         p.error(str(e))
     args.draft_max = [n for n in args.draft_max if n]
+    if args.mode == "sample":
+        from engine.cli.bench import parse_seeds
+        from engine.core.settings import DecodeSettings, InvalidRequest
+
+        try:
+            args.seeds = parse_seeds(args.seeds)
+            DecodeSettings(mode="sample", temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+        except InvalidRequest as e:
+            p.error(str(e))
+    else:
+        args.seeds = []
     return args
 
 
@@ -103,14 +123,29 @@ class Peer:
                 "model_type": run.model_type}
 
     def speculative(self, text: str) -> dict:
+        """llama-speculative-simple at each --draft-max: greedy, or sampled once per seed (rates
+        and acceptance then the geometric / plain means over the seeds, as Tandem's sampled rows)."""
+        from engine.bench.summary import geomean
+
+        sampled = self.args.mode == "sample"
         by_setting = {}
         for n in self.args.draft_max:
-            runs = [llamacpp.run_speculative(self.binaries, self.target, self.drafter, text, n, self.args.max_new_tokens,
-                                             self.args.threads, repack=not self.args.no_repack)[0] for _ in range(self.args.repeats)]
-            best = median_by(runs, "decode_tok_per_s")
-            by_setting[str(n)] = {"decode_tok_per_s": best.decode_tok_per_s, "runs": [r.decode_tok_per_s for r in runs],
-                                  "decoded_tokens": best.decoded_tokens, "prompt_tokens": best.prompt_tokens,
-                                  "acceptance": best.acceptance, "drafted": best.drafted, "accepted": best.accepted}
+            per_seed = []
+            for seed in self.args.seeds if sampled else [0]:
+                runs = [llamacpp.run_speculative(self.binaries, self.target, self.drafter, text, n, self.args.max_new_tokens,
+                                                 self.args.threads, repack=not self.args.no_repack,
+                                                 temperature=self.args.temperature if sampled else 0.0, seed=seed)[0]
+                        for _ in range(self.args.repeats)]
+                per_seed.append((seed, median_by(runs, "decode_tok_per_s"), runs))
+            drafted, accepted = sum(b.drafted for _, b, _ in per_seed), sum(b.accepted for _, b, _ in per_seed)
+            row = {"decode_tok_per_s": geomean([b.decode_tok_per_s for _, b, _ in per_seed]),
+                   "runs": [r.decode_tok_per_s for _, _, runs in per_seed for r in runs],
+                   "decoded_tokens": sum(b.decoded_tokens for _, b, _ in per_seed), "prompt_tokens": per_seed[0][1].prompt_tokens,
+                   "acceptance": accepted / drafted if drafted else 0.0, "drafted": drafted, "accepted": accepted}
+            if sampled:
+                row["seeds"] = [{"seed": seed, "decode_tok_per_s": b.decode_tok_per_s, "acceptance": b.acceptance,
+                                 "decoded_tokens": b.decoded_tokens} for seed, b, _ in per_seed]
+            by_setting[str(n)] = row
         return by_setting
 
     def after_prompt(self, session, prompts: dict, with_speculation: bool):
@@ -135,8 +170,9 @@ def tandem_phase(session, prompts: list[dict], peer: Peer, args, with_speculatio
     from engine.bench.suite import run_bench
 
     peer.rows = {}
+    sampling = {"mode": "sample", "temperature": args.temperature, "seeds": args.seeds} if args.mode == "sample" else {}
     report = run_bench(session, prompts, args.max_new_tokens, args.drafter, hf=False, agreement=False, repeats=args.repeats,
-                       on_report=peer.after_prompt(session, {p["id"]: p for p in prompts}, with_speculation))
+                       on_report=peer.after_prompt(session, {p["id"]: p for p in prompts}, with_speculation), **sampling)
     return report, dict(peer.rows)
 
 
@@ -236,7 +272,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     record = {"what": "Tandem against llama.cpp on the same GGUF files, one run, alternating prompt by prompt",
               "cpu": cpu_model(), "threads": args.threads, "max_new_tokens": args.max_new_tokens, "repeats": args.repeats,
-              "draft_max": args.draft_max, "llamacpp_repack": not args.no_repack, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average_before": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "draft_max": args.draft_max, "mode": args.mode, "temperature": args.temperature if args.seeds else None,
+              "seeds": args.seeds or None, "llamacpp_repack": not args.no_repack, "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_average_before": load_average(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "notes": ["decode rates: Tandem's counts the tokens after the first over the time after it; llama-speculative-simple's"
                         " counts every generated token from the pass after the prompt's prefill; llama-bench's tg is decoding from an empty"
                         " context (-p 0 -n N)"]}

@@ -8,6 +8,7 @@ folder it was built in, and run as a subprocess. Nothing in the product imports 
     binaries = find_binaries(Path("/tmp/peer/build"))     # PeerMissing (with BUILD_HINT) if absent
     plain = run_plain(binaries, target, n_gen=96, threads=2)          # llama-bench tg rate
     spec = run_speculative(binaries, target, drafter, prompt, draft_max=5, n_predict=96, threads=2)
+    sampled = run_speculative(..., temperature=0.7, seed=0)          # pure temperature sampling
     system = run_system_info(binaries, threads=2)   # its "system_info:" line (CPU features)
 
 The parsers (``parse_bench_jsonl``, ``parse_speculative``, ``parse_system_info``) take the text
@@ -188,18 +189,27 @@ def run_plain(binaries: PeerBinaries, model: Path, n_gen: int = 96, threads: int
 
 
 def speculative_command(binaries: PeerBinaries, target: Path, drafter: Path, prompt: str, draft_max: int,
-                        n_predict: int, threads: int, extra: tuple[str, ...] = ()) -> list[str]:
-    """Greedy (temperature 0) draft-model speculation; llama.cpp reads the prompt's special
-    tokens (a chat template's markers) as tokens, as our tokenizer does."""
+                        n_predict: int, threads: int, extra: tuple[str, ...] = (), temperature: float = 0.0,
+                        seed: int = 0) -> list[str]:
+    """Draft-model speculation, greedy (``temperature`` 0) or sampled; llama.cpp reads the
+    prompt's special tokens (a chat template's markers) as tokens, as our tokenizer does.
+
+    Sampled, the target samples at ``temperature`` alone, as Tandem's sampler does by default
+    (top-k 0, top-p 1): llama.cpp's own defaults add top-k 40, top-p 0.95 and min-p 0.05, which
+    would cut the distribution's tail and make its drafts easier to accept than Tandem's."""
+    sampling = ("--temp", "0") if temperature <= 0 else (
+        "--temp", f"{temperature:g}", "--top-k", "0", "--top-p", "1.0", "--min-p", "0.0", "--seed", str(seed))
     return [str(binaries.speculative), "-m", str(target), "-md", str(drafter), "-p", prompt, "-n", str(n_predict),
-            "--temp", "0", "-t", str(threads), "-td", str(threads), "-c", "2048",
+            *sampling, "-t", str(threads), "-td", str(threads), "-c", "2048",
             "--spec-type", "draft-simple", "--spec-draft-n-max", str(draft_max), *extra]
 
 
 def run_speculative(binaries: PeerBinaries, target: Path, drafter: Path, prompt: str, draft_max: int,
-                    n_predict: int = 96, threads: int = 2, timeout: float = 600, repack: bool = True) -> tuple[SpeculativeRun, str]:
+                    n_predict: int = 96, threads: int = 2, timeout: float = 600, repack: bool = True,
+                    temperature: float = 0.0, seed: int = 0) -> tuple[SpeculativeRun, str]:
     extra = () if repack else ("--no-repack",)
-    text = _run(speculative_command(binaries, target, drafter, prompt, draft_max, n_predict, threads, extra), timeout)
+    text = _run(speculative_command(binaries, target, drafter, prompt, draft_max, n_predict, threads, extra, temperature, seed),
+                timeout)
     return parse_speculative(text), text
 
 

@@ -35,6 +35,68 @@ def test_reads_llama_speculative_simple_output():
     assert run.decode_tok_per_s == pytest.approx(run.decoded_tokens / run.decode_seconds, rel=0.01)
 
 
+def test_reads_a_sampled_llama_speculative_simple_run():
+    """Sampled at T=0.7 (seed 0), llama-speculative-simple prints the same lines: its figures read
+    the same way."""
+    run = llamacpp.parse_speculative((FIXTURES / "llama-speculative-simple-n5-t0.7-seed0.txt").read_text())
+    assert run.draft_max == 5 and run.prompt_tokens == 36
+    assert 0 < run.accepted <= run.drafted and run.decoded_tokens > 0
+
+
+def test_sampled_speculation_samples_at_the_temperature_alone_with_the_seed():
+    """llama.cpp's defaults cut the distribution (top-k 40, top-p 0.95, min-p 0.05) where Tandem's
+    sampler does not: a sampled peer run turns every cut off, and takes the seed; greedy stays
+    temperature 0 with no seed."""
+    binaries = llamacpp.PeerBinaries(Path("/b/llama-bench"), Path("/b/llama-speculative-simple"))
+    args = (binaries, Path("t.gguf"), Path("d.gguf"), "hi", 5, 96, 2)
+    greedy = llamacpp.speculative_command(*args)
+    sampled = llamacpp.speculative_command(*args, temperature=0.7, seed=3)
+
+    def flags(command):
+        return {command[i]: command[i + 1] for i in range(1, len(command) - 1) if command[i].startswith("-")}
+
+    assert flags(greedy)["--temp"] == "0" and "--seed" not in greedy
+    assert {k: flags(sampled)[k] for k in ("--temp", "--top-k", "--top-p", "--min-p", "--seed")} == {
+        "--temp": "0.7", "--top-k": "0", "--top-p": "1.0", "--min-p": "0.0", "--seed": "3"}
+    assert [c for c in sampled if not c.startswith("-")][:4] == [c for c in greedy if not c.startswith("-")][:4]
+
+
+def test_the_peer_runs_each_seed_and_pools_them(tmp_path, monkeypatch):
+    """scripts/peer_bench.py's Peer, sampled: one llama-speculative-simple run per seed at each
+    --draft-max, the rate the geometric mean over seeds, acceptance pooled over every draft. The
+    binary is a stand-in that prints a real sampled run's saved output for the seed it is given
+    (no llama.cpp build here), and notes the flags it got."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import peer_bench
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    calls = tmp_path / "calls.txt"
+    stand_in = tmp_path / "llama-speculative-simple"
+    stand_in.write_text(f"""#!{sys.executable}
+import sys
+argv = sys.argv[1:]
+with open({str(calls)!r}, "a") as f:
+    f.write(" ".join(argv[argv.index("--temp"):]) + "\\n")
+seed = argv[argv.index("--seed") + 1]
+print(open({str(FIXTURES)!r} + f"/llama-speculative-simple-n5-t0.7-seed{{seed}}.txt").read())
+""")
+    stand_in.chmod(0o755)
+    args = peer_bench.parse_args(["--llama-cpp", str(tmp_path), "--mode", "sample", "--seeds", "2", "--draft-max", "3", "5"])
+    peer = peer_bench.Peer(llamacpp.PeerBinaries(tmp_path / "llama-bench", stand_in), Path("t.gguf"), Path("d.gguf"), args)
+    rows = peer.speculative("prompt")
+    seen = calls.read_text().splitlines()
+    assert len(seen) == 4 and all("--temp 0.7 --top-k 0 --top-p 1.0 --min-p 0.0" in line for line in seen)
+    assert [line.split("--seed ")[1].split()[0] for line in seen] == ["0", "1", "0", "1"]
+    runs = [llamacpp.parse_speculative((FIXTURES / f"llama-speculative-simple-n5-t0.7-seed{s}.txt").read_text()) for s in (0, 1)]
+    for n in ("3", "5"):
+        row = rows[n]
+        assert [s["seed"] for s in row["seeds"]] == [0, 1]
+        assert row["decode_tok_per_s"] == pytest.approx((runs[0].decode_tok_per_s * runs[1].decode_tok_per_s) ** 0.5)
+        assert row["drafted"] == runs[0].drafted + runs[1].drafted
+        assert row["acceptance"] == pytest.approx((runs[0].accepted + runs[1].accepted) / (runs[0].drafted + runs[1].drafted))
+
+
 def test_reads_llama_cpp_system_info():
     info = llamacpp.parse_system_info((FIXTURES / "llama-system-info.txt").read_text())
     assert info["line"].startswith("system_info: n_threads = 2")
@@ -81,6 +143,8 @@ def test_script_without_binaries_exits_with_the_build_hint(tmp_path):
     (["--background-load", "-1"], "--background-load must be >= 0"),
     (["--memory-pressure", "-2"], "--memory-pressure must be >= 0"),
     (["--memory-left", "1", "--memory-pressure", "1"], "not beside --memory-pressure"),
+    (["--mode", "sample", "--seeds", "0,0"], "--seeds must list distinct seeds"),
+    (["--mode", "sample", "--temperature", "-1"], "temperature must be >= 0"),
 ])
 def test_script_refuses_a_bad_load_before_looking_for_binaries(tmp_path, flags, message):
     """The same checks and words as `tandem bench` (the flags are declared once), and before the
