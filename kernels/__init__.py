@@ -7,7 +7,8 @@ and are chosen once at import. Nothing here knows about models, tokenizers or Qt
 
 # The packages with a compiled CPU backend, by what they do (for set-up and self-test reports).
 CPU_KERNELS = {"linear": "bf16 linear", "quant_linear": "int8 linear", "int4_linear": "int4 linear",
-               "draft_decoder": "int8/int4 decoder layer", "attention": "attention", "gguf_linear": "gguf linear"}
+               "draft_decoder": "int8/int4 decoder layer", "attention": "attention", "gguf_linear": "gguf linear",
+               "norm": "residual RMS norm"}
 
 
 def cpu_kernel_report() -> str:

@@ -29,8 +29,9 @@ from torch.nn import functional as F
 
 from engine.gguf.modules import DenseLinear, GgufLinear
 from engine.models.runners.own_cache_runner import OwnCacheRunner
-from kernels import attention, gguf_linear
+from kernels import attention, gguf_linear, norm
 from kernels.attention.reference import rotate as _rotate
+from kernels.norm.reference import rms_norm as _rms_norm
 
 log = logging.getLogger(__name__)
 
@@ -98,11 +99,6 @@ def _group(*modules) -> tuple[list, list] | None:
     return [m.weight_blocks for m in modules], [m.bias for m in modules]
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' RMSNorm on fp32 rows, op for op."""
-    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
-
-
 def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
     half = sin.shape[-1] // 2
     return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
@@ -143,31 +139,36 @@ class GgufRunner(OwnCacheRunner):
         cos_rows, sin_rows = cos.view(n, -1), sin.view(n, -1)  # [n, D], as rotary_attention takes them
         H, KVH, D = self.n_heads, self.n_kv, self.head_dim
         kept = {}  # the inputs of the layers an EAGLE-3 drafter reads
+        # The residual adds and the norms after them go in pairs through norm.add_rms_norm (the
+        # same bits as the ops, two calls a layer instead of ~14); the first layer's input norm
+        # has no add before it.
+        h = _rms_norm(x, self.layers[0].input_norm, self.eps)
         for i, layer in enumerate(self.layers):
             if i in self.aux_layers:
                 kept[i] = x
-            h = _rms_norm(x, layer.input_norm, self.eps)
             if layer.qkv is not None and layer.q_norm is None:
                 # Rotation, the cache's new rows and attention in one kernel call (the same bits
                 # as the ops below, a dozen fewer operator calls a layer).
                 qkv = gguf_linear.linear_group(h, *layer.qkv)
                 out = attention.rotary_attention(qkv, cos_rows, sin_rows, self.kv.k, self.kv.v, i, start, H, KVH, self.scaling)
-                x = x + layer.o(out)
             else:
                 q, k, v = self._project(layer, h, n, cos, sin)
                 self.kv.k[i, :, start:end] = k.transpose(0, 1)
                 self.kv.v[i, :, start:end] = v.transpose(0, 1)
                 keys, values = self.kv.k[i : i + 1, :, :end], self.kv.v[i : i + 1, :, :end]
                 query = q.transpose(0, 1).unsqueeze(0)  # [1, H, n, D], head_dim contiguous
-                out = attention.causal_attention(query, keys, values, self.scaling)[0]  # [n, H, D]
-                x = x + layer.o(out.reshape(n, H * D))
-            h = _rms_norm(x, layer.post_norm, self.eps)
+                out = attention.causal_attention(query, keys, values, self.scaling)[0].reshape(n, H * D)
+            x, h = norm.add_rms_norm(x, layer.o(out), layer.post_norm, self.eps)
             if layer.gate_up is not None:
                 gate_up = gguf_linear.linear_group(h, *layer.gate_up)
                 inner = layer.gate.out_features
-                x = x + layer.down(F.silu(gate_up[:, :inner]) * gate_up[:, inner:])
+                mlp = layer.down(F.silu(gate_up[:, :inner]) * gate_up[:, inner:])
             else:
-                x = x + layer.down(F.silu(layer.gate(h)) * layer.up(h))
+                mlp = layer.down(F.silu(layer.gate(h)) * layer.up(h))
+            if i + 1 < len(self.layers):
+                x, h = norm.add_rms_norm(x, mlp, self.layers[i + 1].input_norm, self.eps)
+            else:
+                x = x + mlp
         self._record(start, ids)
         if self.aux_layers:
             kept[len(self.layers)] = x
