@@ -8,6 +8,10 @@ output projection reshapes), computed in fp64 and cast back to the query's dtype
 This reference is one row at a time and computes in fp64, so it is batch-invariant too: how
 PyTorch's matmul blocks the heads or splits the keys over threads moves fp64 roundings, far
 below the one rounding to fp32 at the end. It is not bit-identical to the compiled kernel.
+
+rotary_attention: the same attention fed from a layer's q / k / v projection: the rotary
+embedding (``rotate``, PyTorch's ops, whose roundings the compiled backend reproduces), the new
+keys and values written into the cache, then causal_attention.
 """
 from __future__ import annotations
 

@@ -2,9 +2,12 @@
 
 Why: on a GGUF target the quantized linears are one kernel call each, and what surrounds them in
 transformers' modules (cache objects, masks, position plumbing, ~50 small ops per layer) cost
-~16% of a one-token step on the default target. This runner does the same arithmetic in a dozen
-ops a layer over the model's own modules and tensors (no copy of any weight), with its own
-key/value cache (engine.models.runners.own_cache_runner).
+~16% of a one-token step on the default target. This runner does the same arithmetic over the
+model's own modules and tensors (no copy of any weight), with its own key/value cache
+(engine.models.runners.own_cache_runner), in seven kernel calls a layer plus SiLU's two ops: the rotary
+embedding, the cache's new rows and attention in one (attention.rotary_attention), each residual
+add with the RMSNorm after it in one (norm.add_rms_norm); both keep PyTorch's roundings, so the
+bits stay transformers'.
 
 The cache holds keys and values in fp16 (KV_DTYPE), as llama.cpp does by default: half the
 memory of fp32 at long context, and attention, which reads the whole cache for every row, reads
