@@ -26,6 +26,7 @@ import functools
 import torch
 
 from kernels.int4_linear import reference as int4
+from kernels.norm.reference import rms_norm  # transformers' RMSNorm, op for op (also what the GGUF runner uses)
 from kernels.quant_linear import reference as int8
 
 
@@ -39,10 +40,6 @@ def _layer_linear(h, w, s, b=None, offset=None, int16_inputs=False):
 
 def out_features(w: torch.Tensor, s: torch.Tensor) -> int:
     return w.shape[0] * int4.PANEL if w.dtype == torch.uint8 else s.numel()
-
-
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
 def rope(t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

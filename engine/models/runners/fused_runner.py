@@ -19,7 +19,7 @@ from engine.models.runners.huge_pages import move_to_huge_pages
 from engine.models.runners.own_cache_runner import OwnCacheRunner
 from engine.quant.quantize import Int4Linear, Int8Linear
 from kernels import draft_decoder
-from kernels.draft_decoder.reference import rms_norm
+from kernels.norm.reference import rms_norm
 
 log = logging.getLogger(__name__)
 
