@@ -335,8 +335,8 @@ def speculative_decode(
             if lookup_alone:
                 controller.lookup_pass(step.n_accepted + 1)
             else:
-                controller.settle(step.drafted, step.n_accepted, step.verify_s, step.draft_s, requested=k,
-                                  catch_up_s=drafter.catch_up_s, deferred_prefill_s=deferred_s)
+                controller.settle(step.drafted, step.n_accepted, step.verify_s, step.draft_s + deferred_s, requested=k,
+                                  catch_up_s=drafter.catch_up_s, prefill_s=deferred_s + drafter.prefill_s)
             run.stats.add_pass(step.drafted, step.n_accepted, step.draft_s + deferred_s, step.verify_s,
                                off=controller.pass_was_off and not lookup_alone)
             yield from run.emit(step.block, [True] * step.n_accepted + [False], step.drafted, step.n_accepted,

@@ -117,6 +117,7 @@ class DraftLengthController:
         self._v1: float | None = None  # extra seconds per verified draft token
         self._off_steps = 0
         self._probe_cost = 0.0  # seconds the last probe cost over a plain step
+        self._probe_catch_up = 0.0  # ... of which its drafter's catch-up (which grows with the wait)
         self._probing = False  # speculation is off and only probes run
         self._calibrated = False
         self._catch_up_per_token: float | None = None
@@ -188,27 +189,33 @@ class DraftLengthController:
         return self._off_this_pass
 
     def settle(self, drafted: int, n_accepted: int, verify_s: float, draft_s: float, requested: int,
-               catch_up_s: float = 0.0, deferred_prefill_s: float = 0.0) -> None:
+               catch_up_s: float = 0.0, prefill_s: float = 0.0) -> None:
         """Record a planned pass. ``draft_s`` includes the drafter's ``catch_up_s`` (reading the
-        tokens decoded while speculation was off) and a prompt prefill deferred to the first
-        draft (``deferred_prefill_s``, not in ``draft_s``): both are one-off costs of switching
-        on, kept out of the per-token price of drafting."""
-        one_off = min(draft_s, catch_up_s) + deferred_prefill_s
-        self.record(drafted, n_accepted, verify_s, draft_s + deferred_prefill_s - one_off,
-                    requested=requested, catch_up_s=one_off)
+        tokens decoded while speculation was off) and ``prefill_s``, a prompt prefill deferred to
+        the first draft: neither is the price of a drafted token. A catch-up is paid per off
+        token at every probe; a prefill once a request, so it is no catch-up rate (counted as
+        one over the single plain pass before the first draft, a 64-token window's prefill made
+        every probe look as dear as six plain steps)."""
+        drafting = max(0.0, draft_s - prefill_s)
+        catch_up = min(drafting, catch_up_s)
+        self.record(drafted, n_accepted, verify_s, drafting - catch_up, requested=requested, catch_up_s=catch_up,
+                    one_off_s=min(draft_s, prefill_s))
 
     def record(
         self, k: int, n_accepted: int, verify_s: float, draft_s: float, requested: int | None = None,
-        catch_up_s: float = 0.0,
+        catch_up_s: float = 0.0, one_off_s: float = 0.0,
     ) -> None:
         """Update from one step: k drafted (of ``requested``), n accepted, and the timings of
         its two halves. A drafter may propose fewer than requested (prompt lookup with no
-        match); only a requested k of 0 means speculation was switched off."""
+        match); only a requested k of 0 means speculation was switched off. ``catch_up_s``: the
+        drafter reading the tokens decoded since it last drafted; ``one_off_s``: a cost this
+        request pays once (the drafter's deferred prefill)."""
         d = self.decay
         if self._probing and k > 0:
             # What this probe cost over a plain step: its drafting, the drafter's catch-up on the
             # tokens decoded while off, and the wider verification.
-            self._probe_cost = draft_s + catch_up_s + max(0.0, verify_s - (self._v0 or verify_s))
+            self._probe_cost = draft_s + catch_up_s + one_off_s + max(0.0, verify_s - (self._v0 or verify_s))
+            self._probe_catch_up = catch_up_s
         if k > 0 and catch_up_s > 0 and self._off_since_draft > 0:
             self._catch_up_per_token = catch_up_s / self._off_since_draft
         self._off_since_draft = 0 if k > 0 else self._off_since_draft + 1
@@ -252,6 +259,19 @@ class DraftLengthController:
             return None
         return MeasuredCosts(self._v0, self._v1, self._draft_step_s, self.acceptance, self._catch_up_per_token or 0.0,
                              age=0 if self._drafted else self._seed_age + 1)
+
+    def _affordable_wait(self) -> int:
+        """The fewest off steps between probes for probing to cost PROBE_BUDGET of their time: a
+        probe costs a fixed part (its draft, the wider verification) and the drafter's catch-up,
+        which grows with the wait by the catch-up per token. Where that alone reaches the budget
+        (a drafter that reads 8% of a plain step's time per token, on 2 cores), no wait is long
+        enough: the longest."""
+        budget = PROBE_BUDGET * self._v0
+        per_token = self._catch_up_per_token or 0.0
+        if per_token >= budget:
+            return self.max_probe_every
+        fixed = max(0.0, self._probe_cost - self._probe_catch_up) if per_token else self._probe_cost
+        return math.ceil(fixed / (budget - per_token))
 
     def probing_pays(self) -> bool:
         """Whether probes can pay for themselves: each costs the drafter's catch-up over every
@@ -333,8 +353,7 @@ class DraftLengthController:
             # drafter's catch-up makes a probe cost ~3 plain steps).
             self._wait = min(self._wait * 2, self.max_probe_every) if failed_probe else self.probe_every
             if self._probe_cost and self._v0:
-                affordable = math.ceil(self._probe_cost / (PROBE_BUDGET * self._v0))
-                self._wait = min(max(self._wait, affordable), self.max_probe_every)
+                self._wait = min(max(self._wait, self._affordable_wait()), self.max_probe_every)
             if not self.probing_pays():
                 self._wait = self.max_probe_every
             self._probing = True

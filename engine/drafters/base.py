@@ -36,6 +36,9 @@ class Drafter(Protocol):
     #: one-off cost of switching on, which the draft-length controller keeps out of its price
     #: of a drafted token.
     catch_up_s: float
+    #: Seconds of the last ``propose`` spent on the drafter's prefill of the prompt where it
+    #: reads the prompt only when it first drafts: paid once a request, not per off token.
+    prefill_s: float
     #: Drafters that read the target's own hidden states and K/V (Gemma 4 assistants, MTP
     #: layers) take the request's target runner here before its prefill; None for the others.
     attach_target: Callable[[Runner], None] | None
@@ -69,6 +72,7 @@ class DrafterBase:
     leaves the grammar to the loop. Drafters override what they do."""
 
     catch_up_s = 0.0
+    prefill_s = 0.0
     attach_target: Callable[[Runner], None] | None = None
     follow: Callable[[GrammarConstraint | None], None] | None = None
     keep_prefix: Callable[[int], int] | None = None

@@ -88,6 +88,7 @@ class LookupFirstDrafter(DrafterBase):
     def _new_request(self) -> None:
         self._held_guess: list[int] | None = None  # guess_while_off's whole guess, for the next propose
         self.catch_up_s = 0.0  # the model drafter's, for the pass it drafted (see DraftModelDrafter)
+        self.prefill_s = 0.0  # the model's deferred prefill of the prompt, on the pass that paid it
         self.lookup_score = self.lookup_prior  # decayed mean of tokens a lookup guess got right
         self.model_score = self.prior  # decayed mean of model draft tokens accepted
         self.lookup_steps = 0  # drafts proposed by lookup in this request
@@ -108,6 +109,7 @@ class LookupFirstDrafter(DrafterBase):
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         self._score_previous(context)
         held, self._held_guess = self._held_guess, None
+        self.catch_up_s = self.prefill_s = 0.0
         if k <= 0:
             return Draft(())
         if held:
@@ -117,7 +119,6 @@ class LookupFirstDrafter(DrafterBase):
             self._pending = (len(context), held, tuple(held[:k]), True)
             return Draft(tuple(held[:k]))
         _, guess = longest_match_continuation(context, k, min_ngram=self.min_match)
-        self.catch_up_s = 0.0
         if guess and self._lookup_pays():
             self.lookup_steps += 1
             self._pending = (len(context), guess, tuple(guess), True)
@@ -129,7 +130,7 @@ class LookupFirstDrafter(DrafterBase):
             self._model_prepared = True
             prepare_s = time.perf_counter() - start  # a one-off, as a catch-up is
         draft = self.model.propose(context, k, sampler)
-        self.catch_up_s = self.model.catch_up_s + prepare_s
+        self.catch_up_s, self.prefill_s = self.model.catch_up_s, prepare_s
         self.model_steps += 1
         self._pending = (len(context), guess, draft.tokens, False)
         return draft

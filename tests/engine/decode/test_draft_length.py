@@ -388,3 +388,42 @@ def test_lookup_passes_while_off_count_toward_the_next_probe():
         assert tokens < 10 * plain_steps, "lookup passes never brought a probe"
     assert looked_up.next_k() == 1
     assert plain_steps <= tokens < plain_steps + 3
+
+
+def test_a_drafters_deferred_prefill_is_not_taken_for_its_catch_up_rate():
+    """The first draft pays the drafter's prefill of the prompt (here 6 plain steps) after the
+    one plain pass that measures v(0). Counted as catch-up it would price every probe at 6 plain
+    steps per off token, and hand that on to the next request; it is a one-off."""
+    ctrl = DraftLengthController(max_k=4)
+    ctrl.record(0, 0, 1.0, 0.0, requested=0)
+    k = ctrl.next_k()
+    ctrl.settle(k, k, 1.0 + 0.2 * k, 6.0 + 0.1 * k, requested=k, prefill_s=6.0)
+    assert ctrl.probing_pays()
+    assert ctrl.measured().catch_up_per_token_s == 0.0
+    assert ctrl.measured().draft_step_s == pytest.approx(0.1)
+
+
+def test_probes_wait_the_longest_where_catching_up_alone_costs_more_than_the_probe_budget():
+    """A catch-up grows with the off steps it reads: at 8% of a plain step per token no wait
+    keeps probing within PROBE_BUDGET (5%) of the off steps' time, so after the probe that
+    measured it every wait is the longest; at 1% a wait pays for the probe's fixed part."""
+
+    def gaps(catch_up_per_token):
+        ctrl = DraftLengthController(max_k=4, probe_every=8, max_probe_every=96)
+        ctrl.record(0, 0, 1.0, 0.0, requested=0)
+        ks, off = [], 0
+        for _ in range(600):
+            k = ctrl.next_k()
+            ks.append(k)
+            catch_up = catch_up_per_token * off if k else 0.0
+            # Drafts never accepted; a draft step 0.2 of a plain one, verification 0.2 more a row.
+            ctrl.settle(k, 0, 1.0 + 0.2 * k, 0.2 * k + catch_up, requested=k, catch_up_s=catch_up)
+            off = 0 if k else off + 1
+        at = [i for i, k in enumerate(ks) if k]
+        return [b - a for a, b in zip(at, at[1:])]
+
+    dear, cheap = gaps(0.08), gaps(0.01)
+    # Passes 0 and 1 measure drafting; the first probe after 8 off steps measures the catch-up.
+    assert dear[:3] == cheap[:3] == [1, 1, 9]
+    assert len(dear) > 5 and all(g == 97 for g in dear[3:])  # 96 off steps, then the probe
+    assert cheap[3:6] == [17, 33, 65]  # failed probes double the wait, as without a catch-up

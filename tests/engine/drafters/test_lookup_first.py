@@ -209,3 +209,20 @@ def test_a_guess_verified_whole_while_off_is_credited_the_targets_next_token(tin
     context = passage + passage[:7]  # the guess's token accepted, and the target's is the guess's next
     drafter.guess_while_off(context, 4, cost)
     assert drafter.lookup_score == pytest.approx(0.6 * 1.0 + 0.4 * 2)
+
+
+def test_the_models_deferred_prefill_is_reported_as_a_prefill_not_a_catch_up(tiny_pair):
+    """The model reads the prompt (its window of it) only when it first drafts: that pass's
+    seconds say so as ``prefill_s``, a one-off of the request, and not as ``catch_up_s``, which
+    the controller divides by the off tokens to price every later probe."""
+    _, _, drafter_model = tiny_pair
+    drafter = LookupFirstDrafter(DraftModelDrafter(drafter_model))
+    context = torch.randperm(150, generator=torch.Generator().manual_seed(2)).add(100).tolist()  # nothing recurs
+    drafter.reset()
+    drafter.prepare(context)
+    first = drafter.propose(context, 3, _greedy())
+    assert len(first.tokens) == 3 and drafter.model_steps == 1
+    assert drafter.prefill_s > 0.0 and drafter.catch_up_s == 0.0
+    drafter.observe(len(context) + 1)
+    drafter.propose(context + [first.tokens[0], 7], 3, _greedy())
+    assert drafter.prefill_s == 0.0  # read once: the next draft pays no prefill
