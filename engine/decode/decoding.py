@@ -302,7 +302,8 @@ def speculative_decode(
         if reads_target:
             drafter.attach_target(target)
         controller = DraftLengthController(fixed=settings.draft_length, max_k=settings.max_draft_length,
-                                           drafting_is_free=drafter.free, known=(costs or {}).get("measured"))
+                                           drafting_is_free=drafter.free, known=(costs or {}).get("measured"),
+                                           context_tokens=len(prompt_ids))
         t = time.perf_counter()
         # Drafters that read the target's hidden states need them for every prompt position the
         # target computes: they keep each chunk's as it comes (their ``observe``).

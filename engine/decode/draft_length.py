@@ -62,6 +62,9 @@ class MeasuredCosts:
     catch_up_per_token_s: float = 0.0
     #: Requests since drafting was last measured (0: the request that handed these on drafted).
     age: int = 0
+    #: Tokens of context where v1 was measured (0: not known). A verified row attends over the
+    #: whole cache, so v1 at 4,096 tokens is several times v1 at 1,000.
+    context: int = 0
 
 
 DRAFT_COST_WINDOW = 8  # passes whose per-token draft cost the estimate is the median of
@@ -74,6 +77,14 @@ REFRESH_BELOW = 1.3  # ... while the best expected speedup is below this
 REFRESH_WEIGHT = 0.5  # how much a refresh pass's time moves v(0)
 STALE_AFTER = 4  # requests without drafting after which seeded costs are measured again
 MACHINE_CHANGED = 1.5  # a v(0) this many times the seed's, or its inverse: measure drafting again
+#: From this many tokens of context, a request whose verification cost is not measured at about
+#: its context drafts one token at first: a 5-row verification costs 2.3-2.6 plain steps at
+#: 4,096 tokens on 2 cores (the first pass of a 4k-token request seeded from a 1k one cost
+#: 300 ms for one token), one extra row ~0.3.
+LONG_CONTEXT = 1024
+#: A seed measured at a context this many times shorter or longer than the request's says little
+#: of its verification cost: the request measures v1 afresh.
+CONTEXT_CHANGED = 1.5
 
 
 class DraftLengthController:
@@ -89,15 +100,23 @@ class DraftLengthController:
         resume_margin: float = 1.05,
         drafting_is_free: bool = False,
         known: MeasuredCosts | None = None,
+        context_tokens: int = 0,
     ) -> None:
         """``known``: costs an earlier request measured on the same models. The first step is
         then no calibration pass, and speculation starts off when those costs and that
         request's acceptance leave no draft length paying by ``resume_margin`` (a quantized
         target whose wide verification is dear): the request does not pay for a first draft
-        and its catch-ups to find out again. Probes follow as usual."""
+        and its catch-ups to find out again. Probes follow as usual. ``context_tokens``: the
+        request's prompt length; from LONG_CONTEXT on, where no seed measured verification at
+        about that context, the first draft is one token (it measures v1 here cheaply)."""
         self.fixed = fixed
         self.max_k = max_k
-        self.initial_k = min(initial_k, max_k)
+        self._context = context_tokens
+        # Whether the seed's v1 belongs to a much shorter or longer context: then it is not used.
+        stale = (known is not None and known.context > 0 and context_tokens > 0
+                 and abs(math.log(context_tokens / known.context)) > math.log(CONTEXT_CHANGED))
+        unmeasured_here = known is None or known.context == 0 or stale
+        self.initial_k = min(initial_k, max_k) if context_tokens < LONG_CONTEXT or not unmeasured_here else 1
         self.k = 0  # the first step is a plain pass that measures v(0)
         self.decay = decay
         self.probe_every = probe_every
@@ -128,12 +147,15 @@ class DraftLengthController:
         #: itself: the drafter need not read the prompt until (if ever) it drafts.
         self.drafter_can_wait = False
         self._seed_age = 0  # the age of the seeded costs (MeasuredCosts.age)
+        self._seed_context = 0  # where the seed measured v1 (MeasuredCosts.context)
         self._seed_v0: float | None = None  # the seed's v(0): this request's against it shows a changed machine
         self._drafted = False  # whether this request measured drafting (then its costs are fresh)
         self._off_this_pass = False  # see plan / pass_was_off
         if known is not None and fixed is None:
-            self._seed_age, self._seed_v0 = known.age, known.v0
-            self._v0, self._v1 = known.v0, known.v1
+            self._seed_age, self._seed_v0, self._seed_context = known.age, known.v0, known.context
+            # A v1 of another context is none: until this request measures its own, verify_cost's
+            # default (10% of a step a row) stands in, and the first draft is short (above).
+            self._v0, self._v1 = known.v0, None if stale else known.v1
             self._draft_costs.append(known.draft_step_s)
             self._catch_up_per_token = known.catch_up_per_token_s or None
             self._calibrated = True
@@ -258,7 +280,8 @@ class DraftLengthController:
         if self._v0 is None or self._v1 is None or self._draft_step_s is None:
             return None
         return MeasuredCosts(self._v0, self._v1, self._draft_step_s, self.acceptance, self._catch_up_per_token or 0.0,
-                             age=0 if self._drafted else self._seed_age + 1)
+                             age=0 if self._drafted else self._seed_age + 1,
+                             context=self._context if self._drafted else self._seed_context)
 
     def _affordable_wait(self) -> int:
         """The fewest off steps between probes for probing to cost PROBE_BUDGET of their time: a

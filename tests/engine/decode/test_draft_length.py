@@ -427,3 +427,39 @@ def test_probes_wait_the_longest_where_catching_up_alone_costs_more_than_the_pro
     assert dear[:3] == cheap[:3] == [1, 1, 9]
     assert len(dear) > 5 and all(g == 97 for g in dear[3:])  # 96 off steps, then the probe
     assert cheap[3:6] == [17, 33, 65]  # failed probes double the wait, as without a catch-up
+
+
+def test_a_long_request_whose_verification_is_unmeasured_drafts_one_token_first():
+    """A verified row attends over the whole cache: at 4,096 tokens five rows cost 2.3-2.6
+    plain steps on 2 cores. Where nothing measured that, the first draft is one token; a short
+    request and a seed measured at about the request's context keep the usual first length."""
+    from engine.decode.draft_length import LONG_CONTEXT, MeasuredCosts
+
+    def first_draft(ctrl):
+        if ctrl.next_k() == 0:  # the calibration pass
+            ctrl.record(0, 0, 1.0, 0.0, requested=0)
+        return ctrl.next_k()
+
+    assert first_draft(DraftLengthController(max_k=8, context_tokens=100)) == 4
+    assert first_draft(DraftLengthController(max_k=8, context_tokens=LONG_CONTEXT)) == 1
+    here = MeasuredCosts(v0=1.0, v1=0.1, draft_step_s=0.1, acceptance=0.8, context=3500)
+    assert first_draft(DraftLengthController(max_k=8, known=here, context_tokens=4000)) == 4
+    shorter = MeasuredCosts(v0=1.0, v1=0.1, draft_step_s=0.1, acceptance=0.8, context=1000)
+    assert first_draft(DraftLengthController(max_k=8, known=shorter, context_tokens=4000)) == 1
+
+
+def test_a_seed_from_another_context_length_does_not_price_this_requests_verification():
+    """v1 seeded at 1,000 tokens is far under v1 at 4,000: the request's first measurement
+    replaces it (not a decayed blend with it), and what it hands on says where it measured.
+    A seed from a long context, whose dear verification would start a short request off, is
+    not used either: the short request drafts."""
+    from engine.decode.draft_length import MeasuredCosts
+
+    short_seed = MeasuredCosts(v0=1.0, v1=0.05, draft_step_s=0.1, acceptance=0.8, context=1000)
+    ctrl = DraftLengthController(max_k=8, known=short_seed, context_tokens=4000)
+    k = ctrl.next_k()
+    ctrl.record(k, k, 1.0 + 0.5 * k, 0.1 * k, requested=k)
+    assert ctrl.measured().v1 == pytest.approx(0.5) and ctrl.measured().context == 4000
+    long_seed = MeasuredCosts(v0=1.0, v1=0.9, draft_step_s=0.3, acceptance=0.6, context=4000)
+    assert DraftLengthController(max_k=8, known=long_seed, context_tokens=4000).next_k() == 0  # dear here: off
+    assert DraftLengthController(max_k=8, known=long_seed, context_tokens=300).next_k() > 0
