@@ -293,8 +293,7 @@ class DraftLengthController:
         per_token = self._catch_up_per_token or 0.0
         if per_token >= budget:
             return self.max_probe_every
-        fixed = max(0.0, self._probe_cost - self._probe_catch_up) if per_token else self._probe_cost
-        return math.ceil(fixed / (budget - per_token))
+        return math.ceil(max(0.0, self._probe_cost - self._probe_catch_up) / (budget - per_token))
 
     def probing_pays(self) -> bool:
         """Whether probes can pay for themselves: each costs the drafter's catch-up over every

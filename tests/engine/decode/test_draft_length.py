@@ -172,27 +172,35 @@ def test_probes_cost_at_most_a_small_share_of_the_off_steps():
     assert all(b - a >= 60 for a, b in zip(gaps[2:], gaps[3:]))
 
 
+def _drafting_gaps(ctrl, passes, catch_up_per_token, record_pass):
+    """Run ``passes`` passes after a calibrating plain one; a drafting pass pays the drafter's
+    catch-up, ``catch_up_per_token`` for every off step before it. ``record_pass(ctrl, k, ks,
+    catch_up)`` records each pass (ks: the k of every pass so far). The passes between drafts."""
+    ctrl.record(0, 0, 1.0, 0.0, requested=0)
+    ks, off = [], 0
+    for _ in range(passes):
+        k = ctrl.next_k()
+        ks.append(k)
+        record_pass(ctrl, k, ks, catch_up_per_token * off if k else 0.0)
+        off = 0 if k else off + 1
+    at = [i for i, k in enumerate(ks) if k]
+    return [b - a for a, b in zip(at, at[1:])]
+
+
 def test_probing_stops_when_the_drafters_catch_up_eats_what_speculation_could_gain():
     """An int4 target here: even at 95% acceptance the best k gains ~1.2x, while every probe
     first pays the drafter's catch-up (~13% of a plain step per off token). Probes then wait
     the longest; with a cheap catch-up the same costs keep probing as usual."""
 
+    def every_other_probe_accepted(ctrl, k, ks, catch_up):
+        # Drafting 0.3 of a step per token and verification 0.35 more per row leave a ceiling
+        # near 1.26x.
+        n = k if sum(1 for x in ks if x) % 2 else 0
+        ctrl.record(k, n, 1.0 + 0.35 * k, 0.3 * k, requested=k, catch_up_s=catch_up)
+
     def waits(catch_up_per_token):
         ctrl = DraftLengthController(max_k=4, probe_every=4, max_probe_every=64)
-        ctrl.record(0, 0, 1.0, 0.0, requested=0)
-        ks, off = [], 0
-        for _ in range(300):
-            k = ctrl.next_k()
-            ks.append(k)
-            # Every other probe accepted; drafting 0.3 of a step per token and verification
-            # 0.35 more per row leave a ceiling near 1.26x; the catch-up grows with the off
-            # steps before the probe.
-            catch_up = catch_up_per_token * off if k else 0.0
-            n = k if sum(1 for x in ks if x) % 2 else 0
-            ctrl.record(k, n, 1.0 + 0.35 * k, 0.3 * k, requested=k, catch_up_s=catch_up)
-            off = 0 if k else off + 1
-        gaps = [i for i, k in enumerate(ks) if k]
-        return [b - a for a, b in zip(gaps, gaps[1:])], ctrl
+        return _drafting_gaps(ctrl, 300, catch_up_per_token, every_other_probe_accepted), ctrl
 
     cheap, cheap_ctrl = waits(0.01)
     dear, ctrl = waits(0.2)
@@ -408,19 +416,13 @@ def test_probes_wait_the_longest_where_catching_up_alone_costs_more_than_the_pro
     keeps probing within PROBE_BUDGET (5%) of the off steps' time, so after the probe that
     measured it every wait is the longest; at 1% a wait pays for the probe's fixed part."""
 
+    def never_accepted(ctrl, k, ks, catch_up):
+        # A draft step 0.2 of a plain one, verification 0.2 more a row.
+        ctrl.settle(k, 0, 1.0 + 0.2 * k, 0.2 * k + catch_up, requested=k, catch_up_s=catch_up)
+
     def gaps(catch_up_per_token):
         ctrl = DraftLengthController(max_k=4, probe_every=8, max_probe_every=96)
-        ctrl.record(0, 0, 1.0, 0.0, requested=0)
-        ks, off = [], 0
-        for _ in range(600):
-            k = ctrl.next_k()
-            ks.append(k)
-            catch_up = catch_up_per_token * off if k else 0.0
-            # Drafts never accepted; a draft step 0.2 of a plain one, verification 0.2 more a row.
-            ctrl.settle(k, 0, 1.0 + 0.2 * k, 0.2 * k + catch_up, requested=k, catch_up_s=catch_up)
-            off = 0 if k else off + 1
-        at = [i for i, k in enumerate(ks) if k]
-        return [b - a for a, b in zip(at, at[1:])]
+        return _drafting_gaps(ctrl, 600, catch_up_per_token, never_accepted)
 
     dear, cheap = gaps(0.08), gaps(0.01)
     # Passes 0 and 1 measure drafting; the first probe after 8 off steps measures the catch-up.
