@@ -68,22 +68,12 @@ struct Args {
   int64_t K, N;
 };
 
-// sum_g offset[g] * xsum[g] for one weight row and one input row, in a fixed order.
-inline float offset_sum(const uint16_t* z, const float* xs, int64_t groups) {
-  __m256 off = _mm256_setzero_ps();
-  int64_t g = 0;
-  for (; g + 8 <= groups; g += 8)
-    off = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(z + g))), _mm256_loadu_ps(xs + g), off);
-  float o = hsum(off);
-  for (; g < groups; ++g) o += _cvtsh_ss(z[g]) * xs[g];
-  return o;
-}
-
 // sum_g offset[n, g] * xsum[g] for ROWS (4 or 8) weight rows from the one at ``z`` and one input
 // row, as a vector in row order (lanes past ROWS zero): per row an 8-lane FMA chain over the
 // groups in blocks of 8, one fixed transposing sum of the 8 chains, then the last groups % 8 in
-// order. Why not offset_sum per output: its horizontal sum and scalar tail cost about a third of
-// the tile's own work per output on a 896-wide layer.
+// order. Why not one 8-lane chain per output: its horizontal sum and scalar tail cost about a
+// third of the AVX2 tile's own work per output on a 896-wide layer, and made the VNNI tiles'
+// 64-row passes (a drafter's window of the prompt) 15% slower.
 template <int ROWS>
 inline __m256 offset_sums8(const uint16_t* z, const float* xs, int64_t groups) {
   __m256 acc[8];

@@ -11,8 +11,9 @@
 //
 // Batch invariance (kernels/int4_linear): per group, exact int32 sums (a lane adds 8 products
 // of at most 15 * 127); per lane, the fp32 sum over the groups in order; then a fixed sum of a
-// row's 4 lanes. Every tile shape does exactly that for each row, so a row's result never
-// depends on how many rows share the call. Whether these tiles or the AVX2 ones run depends on
+// row's 4 lanes, and its offsets' sum as the AVX2 tiles take it (offset_sums8, for the tile's
+// 4 or 8 weight rows at once). Every tile shape does exactly that for each row, so a row's
+// result never depends on how many rows share the call. Whether these tiles or the AVX2 ones run depends on
 // the CPU only (never on the rows), so plain decoding and verification always agree.
 #pragma once
 #include <immintrin.h>
@@ -67,18 +68,20 @@ inline void tile(const Args& a, int64_t m, int64_t p, bool prefetch) {
       }
     }
   }
-  for (int i = 0; i < NP; ++i)
-    for (int j = 0; j < MR; ++j) {
+  for (int j = 0; j < MR; ++j) {
+    alignas(32) float offsets[8];
+    _mm256_store_ps(offsets, tandem_int4::offset_sums8<4 * NP>(a.Z + p * 4 * groups, a.XS + (m + j) * groups, groups));
+    for (int i = 0; i < NP; ++i) {
       alignas(64) float lanes[16];
       _mm512_store_ps(lanes, acc[i][j]);
-      const float* xs = a.XS + (m + j) * groups;
       for (int r = 0; r < 4; ++r) {
         const int64_t n = (p + i) * 4 + r;
         const float* l = lanes + 4 * r;
         const float dot = (l[0] + l[1]) + (l[2] + l[3]);
-        a.O[(m + j) * a.N + n] = dot + tandem_int4::offset_sum(a.Z + n * groups, xs, groups) + (a.B ? a.B[n] : 0.0f);
+        a.O[(m + j) * a.N + n] = dot + offsets[i * 4 + r] + (a.B ? a.B[n] : 0.0f);
       }
     }
+  }
 }
 
 // Input rows m .. m+MR-1 against panels p0 .. p1-1, two at a time (the inputs' loads serve
