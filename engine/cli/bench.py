@@ -137,7 +137,7 @@ def add_parser(sub) -> None:
     p.add_argument("--no-agreement", action="store_true", help="skip the teacher-forced drafter agreement")
     p.add_argument("--repeats", type=int, default=1,
                    help="time plain and speculative decoding of each prompt this many times, alternating, "
-                        "and report the median run of each (for noisy, shared machines)")
+                        "and report the median run of each, and the median of their decode rates (for noisy, shared machines)")
     p.add_argument("--baseline-precision", type=precision_name, choices=PRECISIONS,
                    help="also time plain decoding of the same prompts at this precision, in the same run (e.g."
                         " --precision int8 --baseline-precision bf16: what quantizing the target buys; for the"
