@@ -15,15 +15,17 @@ from engine.models.runners.prefix_reuse import common_prefix
 from engine.models.runners.runner import ModelRunner
 
 #: The most prompt tokens a drafter prefills for one request. Its prefill is paid before it drafts,
-#: after the first token, at ~380 tok/s for the default drafter on 2 cores (host F): 512 tokens
-#: cost more than speculation saves on a ~100-token reply when a target step takes ~50 ms (the
-#: long code prompts ran 0.75-1.01x of plain with 512, 0.88-0.92x with 128 on fresh code, where
-#: 64 gave 0.97-1.07x). What it reads barely changes how often it agrees with the target: top-1
-#: on those prompts' replies 0.50-0.53 / 0.55 / 0.52-0.56 / 0.52-0.62 with 32 / 64 / 128 / 512
-#: tokens. Its cache then starts at that point of the prompt; rotary positions are relative, so
-#: it drafts from its window as from a whole prompt, only without the text before it (prompt
-#: lookup still copies from all of it).
-DRAFT_WINDOW = 64
+#: after the first token: ~2.7 ms a token for the default int4 drafter on 2 cores of an AVX-512
+#: EPYC, 85 ms for 32 tokens, 170 ms for 64 (4-5% of a 96-token reply at 4k tokens of context),
+#: and 512 tokens cost more than speculation saves on a ~100-token reply (the long code prompts
+#: ran 0.75-1.01x of plain with 512, 0.88-0.92x with 128 on fresh code). What it reads barely
+#: changes how often it agrees with the target: teacher-forced top-1 along the target's greedy
+#: replies (256 tokens) to the three long code prompts, 0.588 / 0.369 / 0.745 with 16 tokens,
+#: 0.604 / 0.376 / 0.729 with 32, 0.624 / 0.369 / 0.729 with 64 (means 0.567 / 0.570 / 0.574:
+#: one token in 250 for 85 ms more). Its cache then starts at that point of the prompt; rotary
+#: positions are relative, so it drafts from its window as from a whole prompt, only without the
+#: text before it (prompt lookup still copies from all of it).
+DRAFT_WINDOW = 32
 
 
 class DraftModelDrafter(DrafterBase):
