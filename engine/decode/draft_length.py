@@ -108,7 +108,11 @@ class DraftLengthController:
         target whose wide verification is dear): the request does not pay for a first draft
         and its catch-ups to find out again. Probes follow as usual. ``context_tokens``: the
         request's prompt length; from LONG_CONTEXT on, where no seed measured verification at
-        about that context, the first draft is one token (it measures v1 here cheaply)."""
+        about that context, the first draft is one token (it measures v1 here cheaply). A seed
+        from such another context seeds no v(0) either: a plain step's cost grows with the
+        context, and v1 is measured against v(0) (a 23-token request's v(0) under a 672-token
+        request's first verification made one extra row look like 0.45 of a step, and switched
+        speculation off for the reply): the first pass is then a plain one again."""
         self.fixed = fixed
         self.max_k = max_k
         self._context = context_tokens
@@ -151,6 +155,7 @@ class DraftLengthController:
         self._seed_v0: float | None = None  # the seed's v(0): this request's against it shows a changed machine
         self._drafted = False  # whether this request measured drafting (then its costs are fresh)
         self._off_this_pass = False  # see plan / pass_was_off
+        self._v0_of_other_context = False  # the seeded v(0) was measured at another context
         if known is not None and fixed is None:
             self._seed_age, self._seed_v0, self._seed_context = known.age, known.v0, known.context
             # A v1 of another context is none: until this request measures its own, verify_cost's
@@ -158,7 +163,10 @@ class DraftLengthController:
             self._v0, self._v1 = known.v0, None if stale else known.v1
             self._draft_costs.append(known.draft_step_s)
             self._catch_up_per_token = known.catch_up_per_token_s or None
-            self._calibrated = True
+            # A v(0) of another context: measured again by a plain first pass (whose figure
+            # replaces it, see record), unless the request starts off anyway.
+            self._calibrated = not stale
+            self._v0_of_other_context = stale
             # Costs belong to the models and the machine; acceptance belongs to a request's text
             # (code after prose). Start from the better of the prior and the last request's: seeded
             # low, a request that speculation would suit started off, probed too rarely to find
@@ -167,12 +175,13 @@ class DraftLengthController:
             self._acc = max(prior_acceptance, known.acceptance) * self._tries
             paying = max(self.expected_speedup(k) for k in range(1, self.max_k + 1))
             if paying < self.resume_margin:
+                self._calibrated = True  # its first pass is an off one, which measures v(0) as well
                 self._probing = True  # off from the start; probes as usual
                 if not self.probing_pays():
                     self.drafter_can_wait = True
                     if known.age < STALE_AFTER:
                         self._wait = self.max_probe_every
-            else:
+            elif not stale:
                 self.k = self.initial_k
 
     @property
@@ -254,7 +263,11 @@ class DraftLengthController:
             resume, self._resume_k = self._resume_k, 0
             self.k = self._choose(previous=resume)
             return
-        if k == 0:
+        if k == 0 and self._v0_of_other_context:
+            # Replaced, not averaged, and no machine change read from it: the seed's v(0) differs
+            # by the context as much as by the machine.
+            self._v0, self._v0_of_other_context, self._seed_v0 = verify_s, False, None
+        elif k == 0:
             before = self._v0
             self._v0 = verify_s if self._v0 is None else d * self._v0 + (1 - d) * verify_s
             if before and not self._drafted:

@@ -459,9 +459,36 @@ def test_a_seed_from_another_context_length_does_not_price_this_requests_verific
 
     short_seed = MeasuredCosts(v0=1.0, v1=0.05, draft_step_s=0.1, acceptance=0.8, context=1000)
     ctrl = DraftLengthController(max_k=8, known=short_seed, context_tokens=4000)
+    assert ctrl.next_k() == 0  # a plain pass measures v(0) at this context first
+    ctrl.record(0, 0, 1.0, 0.0, requested=0)
     k = ctrl.next_k()
     ctrl.record(k, k, 1.0 + 0.5 * k, 0.1 * k, requested=k)
     assert ctrl.measured().v1 == pytest.approx(0.5) and ctrl.measured().context == 4000
     long_seed = MeasuredCosts(v0=1.0, v1=0.9, draft_step_s=0.3, acceptance=0.6, context=4000)
     assert DraftLengthController(max_k=8, known=long_seed, context_tokens=4000).next_k() == 0  # dear here: off
-    assert DraftLengthController(max_k=8, known=long_seed, context_tokens=300).next_k() > 0
+    short = DraftLengthController(max_k=8, known=long_seed, context_tokens=300)
+    assert short.next_k() == 0 and not short.switched_off  # measuring v(0), not off
+    short.record(0, 0, 1.0, 0.0, requested=0)
+    assert short.next_k() > 0
+
+
+def test_a_seed_from_another_context_length_does_not_price_this_requests_plain_step():
+    """A plain step attends over the whole cache too, and v1 is what a verification costs over
+    it: a 23-token request's v(0) taken for a 672-token request's made its first one-row
+    verification look dear (one extra row 0.45 of a step where it cost ~0.15) and switched
+    speculation off for the reply. The request's own plain pass replaces the seeded v(0)."""
+    from engine.decode.draft_length import MeasuredCosts
+
+    seed = MeasuredCosts(v0=1.0, v1=0.1, draft_step_s=0.25, acceptance=0.77, context=23)
+    ctrl = DraftLengthController(max_k=8, known=seed, context_tokens=672)
+    assert ctrl.next_k() == 0
+    ctrl.record(0, 0, 1.25, 0.0, requested=0)
+    assert ctrl.verify_cost(0) == pytest.approx(1.25)  # replaced, not blended with the seed's 1.0
+    k = ctrl.next_k()
+    assert k > 0
+    ctrl.record(1, 0, 1.4, 0.25, requested=k)  # one draft, rejected
+    assert ctrl.verify_cost(1) - ctrl.verify_cost(0) == pytest.approx(0.15)
+    assert ctrl.next_k() > 0  # one rejected draft at these costs is no reason to stop
+    # A seed from about this context keeps its v(0) and drafts at once.
+    here = MeasuredCosts(v0=1.0, v1=0.1, draft_step_s=0.25, acceptance=0.77, context=600)
+    assert DraftLengthController(max_k=8, known=here, context_tokens=672).next_k() == 4
