@@ -39,6 +39,9 @@ class Drafter(Protocol):
     #: Seconds of the last ``propose`` spent on the drafter's prefill of the prompt where it
     #: reads the prompt only when it first drafts: paid once a request, not per off token.
     prefill_s: float
+    #: The most tokens a catch-up reads (of a longer stretch decoded while speculation was off,
+    #: only the last ones): a probe's catch-up stops growing with the wait there. None: all.
+    catch_up_limit: int | None
     #: Drafters that read the target's own hidden states and K/V (Gemma 4 assistants, MTP
     #: layers) take the request's target runner here before its prefill; None for the others.
     attach_target: Callable[[Runner], None] | None
@@ -73,6 +76,7 @@ class DrafterBase:
 
     catch_up_s = 0.0
     prefill_s = 0.0
+    catch_up_limit: int | None = None
     attach_target: Callable[[Runner], None] | None = None
     follow: Callable[[GrammarConstraint | None], None] | None = None
     keep_prefix: Callable[[int], int] | None = None

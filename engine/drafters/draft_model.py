@@ -106,6 +106,10 @@ class DraftModelDrafter(DrafterBase):
         for start in range(common, len(body), PREFILL_CHUNK):
             self._feed_hidden(body[start : start + PREFILL_CHUNK])
 
+    @property
+    def catch_up_limit(self) -> int:
+        return DRAFT_WINDOW + 1
+
     def propose(self, context: list[int], k: int, sampler: Sampler) -> Draft:
         if k <= 0:
             return Draft(())
@@ -113,6 +117,13 @@ class DraftModelDrafter(DrafterBase):
         # Feed whatever the drafter has not seen yet: after a full acceptance that is the last
         # draft token plus the target's bonus token, otherwise just the target's token.
         pending = context[self._origin + self.runner.length :]
+        if len(pending) > self.catch_up_limit:
+            # A long stretch decoded while speculation was off: read its last window only, as a
+            # long prompt's (DRAFT_WINDOW). Reading every token made a probe after 128 off
+            # tokens cost ~320 ms on 2 cores, and so every probe wait the longest.
+            origin = len(context) - self.catch_up_limit
+            self._restart(origin, context[:origin])
+            pending = context[origin:]
         tokens: list[int] = []
         dists: list[torch.Tensor] = []
         self.catch_up_s = 0.0

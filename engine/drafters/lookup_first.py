@@ -72,6 +72,10 @@ class LookupFirstDrafter(DrafterBase):
         self.reset()
 
     @property
+    def catch_up_limit(self) -> int | None:
+        return getattr(self.model, "catch_up_limit", None)
+
+    @property
     def target(self):
         """The runner a drafter made for the target reads (the decoding loop checks it is the request's)."""
         return getattr(self.model, "target", None)

@@ -220,6 +220,37 @@ def test_a_long_prompt_is_drafted_from_its_last_window(session, monkeypatch):
     assert speculated.token_ids == _fresh(session, ids, settings, "off").token_ids
 
 
+def test_a_long_stretch_decoded_without_drafting_is_caught_up_on_from_its_last_window(session, monkeypatch):
+    """While speculation is off the drafter reads nothing; when a probe drafts again it reads
+    only the last window of the tokens it missed (catch_up_limit), and drafts what a drafter
+    given just that window drafts."""
+    from engine.core.sampler import Sampler
+    from engine.drafters import draft_model
+
+    W = 8
+    monkeypatch.setattr(draft_model, "DRAFT_WINDOW", W)
+    drafter = _draft_model(session)
+    assert drafter.catch_up_limit == W + 1
+    ids = session.encode(_messages(FILE + "\nExplain this."))
+    session.forget_prefixes()
+    drafter.prepare(ids)
+    prompt_origin = drafter._origin
+    off = ids[5:35]  # 30 tokens decoded while the drafter read none
+    context = ids + off
+    greedy = Sampler(DecodeSettings())
+    ours = drafter.propose(context, 2, greedy)
+    origin = len(context) - (W + 1)
+    assert drafter._origin == origin > prompt_origin and drafter.runner.tokens[: W + 1] == context[origin:]
+    assert drafter.catch_up_s > 0
+    fresh = draft_model.DraftModelDrafter(session.drafter_model.model)
+    fresh.prepare(context[origin:])
+    assert ours.tokens == fresh.propose(context[origin:], 2, greedy).tokens
+    # A few tokens behind is an ordinary catch-up: the cache is kept.
+    drafter.observe(len(context))
+    drafter.propose(context + off[:3], 1, greedy)
+    assert drafter._origin == origin
+
+
 class _FakeRunner:
     """What the pool reads of a runner: its tokens, length, crop and memory."""
 
