@@ -303,7 +303,8 @@ def speculative_decode(
             drafter.attach_target(target)
         controller = DraftLengthController(fixed=settings.draft_length, max_k=settings.max_draft_length,
                                            drafting_is_free=drafter.free, known=(costs or {}).get("measured"),
-                                           context_tokens=len(prompt_ids))
+                                           context_tokens=len(prompt_ids),
+                                           catch_up_limit=getattr(drafter, "catch_up_limit", None))
         t = time.perf_counter()
         # Drafters that read the target's hidden states need them for every prompt position the
         # target computes: they keep each chunk's as it comes (their ``observe``).

@@ -101,6 +101,7 @@ class DraftLengthController:
         drafting_is_free: bool = False,
         known: MeasuredCosts | None = None,
         context_tokens: int = 0,
+        catch_up_limit: int | None = None,
     ) -> None:
         """``known``: costs an earlier request measured on the same models. The first step is
         then no calibration pass, and speculation starts off when those costs and that
@@ -112,10 +113,13 @@ class DraftLengthController:
         from such another context seeds no v(0) either: a plain step's cost grows with the
         context, and v1 is measured against v(0) (a 23-token request's v(0) under a 672-token
         request's first verification made one extra row look like 0.45 of a step, and switched
-        speculation off for the reply): the first pass is then a plain one again."""
+        speculation off for the reply): the first pass is then a plain one again.
+        ``catch_up_limit``: the most off tokens the drafter reads when it next drafts (the
+        drafter's own; None: all of them), past which a probe's catch-up stops growing."""
         self.fixed = fixed
         self.max_k = max_k
         self._context = context_tokens
+        self._catch_up_limit = catch_up_limit
         # Whether the seed's v1 belongs to a much shorter or longer context: then it is not used.
         stale = (known is not None and known.context > 0 and context_tokens > 0
                  and abs(math.log(context_tokens / known.context)) > math.log(CONTEXT_CHANGED))
@@ -248,7 +252,8 @@ class DraftLengthController:
             self._probe_cost = draft_s + catch_up_s + one_off_s + max(0.0, verify_s - (self._v0 or verify_s))
             self._probe_catch_up = catch_up_s
         if k > 0 and catch_up_s > 0 and self._off_since_draft > 0:
-            self._catch_up_per_token = catch_up_s / self._off_since_draft
+            read = self._off_since_draft if self._catch_up_limit is None else min(self._off_since_draft, self._catch_up_limit)
+            self._catch_up_per_token = catch_up_s / read
         self._off_since_draft = 0 if k > 0 else self._off_since_draft + 1
         if k > 0:
             self._drafted = True
@@ -299,14 +304,21 @@ class DraftLengthController:
     def _affordable_wait(self) -> int:
         """The fewest off steps between probes for probing to cost PROBE_BUDGET of their time: a
         probe costs a fixed part (its draft, the wider verification) and the drafter's catch-up,
-        which grows with the wait by the catch-up per token. Where that alone reaches the budget
-        (a drafter that reads 8% of a plain step's time per token, on 2 cores), no wait is long
-        enough: the longest."""
+        which grows with the wait by the catch-up per token up to the drafter's catch-up limit,
+        and no further. Where the catch-up per token alone reaches the budget (a drafter that
+        reads 8% of a plain step's time per token, on 2 cores), only a wait past that limit is
+        long enough; with no limit, none is: the longest."""
         budget = PROBE_BUDGET * self._v0
         per_token = self._catch_up_per_token or 0.0
-        if per_token >= budget:
+        fixed = max(0.0, self._probe_cost - self._probe_catch_up)
+        limit = self._catch_up_limit
+        if per_token < budget:
+            wait = math.ceil(fixed / (budget - per_token))
+            if limit is None or wait <= limit:
+                return wait
+        if limit is None:
             return self.max_probe_every
-        return math.ceil(max(0.0, self._probe_cost - self._probe_catch_up) / (budget - per_token))
+        return max(limit, math.ceil((fixed + per_token * limit) / budget))
 
     def probing_pays(self) -> bool:
         """Whether probes can pay for themselves: each costs the drafter's catch-up over every
@@ -315,6 +327,9 @@ class DraftLengthController:
         target here: best 1.13x, catch-up 13% of a step), probing only slows the request."""
         if not self._catch_up_per_token or not self._v0:
             return True
+        # Per off token as if every one were read (not over a wait past the drafter's catch-up
+        # limit): where speculation could gain this little, probes that each read a window of
+        # off tokens would still cost about what they could find.
         return self._ceiling() - 1.0 > PROBE_GAIN_OVER_CATCH_UP * self._catch_up_per_token / self._v0
 
     def _ceiling(self) -> float:

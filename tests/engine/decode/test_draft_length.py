@@ -172,16 +172,18 @@ def test_probes_cost_at_most_a_small_share_of_the_off_steps():
     assert all(b - a >= 60 for a, b in zip(gaps[2:], gaps[3:]))
 
 
-def _drafting_gaps(ctrl, passes, catch_up_per_token, record_pass):
+def _drafting_gaps(ctrl, passes, catch_up_per_token, record_pass, read_at_most=None):
     """Run ``passes`` passes after a calibrating plain one; a drafting pass pays the drafter's
-    catch-up, ``catch_up_per_token`` for every off step before it. ``record_pass(ctrl, k, ks,
-    catch_up)`` records each pass (ks: the k of every pass so far). The passes between drafts."""
+    catch-up, ``catch_up_per_token`` for every off step before it (for the last
+    ``read_at_most`` of them, where given). ``record_pass(ctrl, k, ks, catch_up)`` records each
+    pass (ks: the k of every pass so far). The passes between drafts."""
     ctrl.record(0, 0, 1.0, 0.0, requested=0)
     ks, off = [], 0
     for _ in range(passes):
         k = ctrl.next_k()
         ks.append(k)
-        record_pass(ctrl, k, ks, catch_up_per_token * off if k else 0.0)
+        read = off if read_at_most is None else min(off, read_at_most)
+        record_pass(ctrl, k, ks, catch_up_per_token * read if k else 0.0)
         off = 0 if k else off + 1
     at = [i for i, k in enumerate(ks) if k]
     return [b - a for a, b in zip(at, at[1:])]
@@ -429,6 +431,30 @@ def test_probes_wait_the_longest_where_catching_up_alone_costs_more_than_the_pro
     assert dear[:3] == cheap[:3] == [1, 1, 9]
     assert len(dear) > 5 and all(g == 97 for g in dear[3:])  # 96 off steps, then the probe
     assert cheap[3:6] == [17, 33, 65]  # failed probes double the wait, as without a catch-up
+
+
+def test_a_catch_up_that_stops_growing_lets_probes_run_after_a_wait_past_it():
+    """A draft model reads only the last window of a long off stretch (its catch_up_limit):
+    past it, a probe's catch-up no longer grows with the wait, so a wait long enough pays for
+    it. At 8% of a plain step per token read, and 20 tokens read at most: the wait after the
+    probe that measured the rate is the one that keeps the next probe within PROBE_BUDGET,
+    (0.4 fixed + 20 x 0.08) / 0.05 = 40 off steps, not the longest; later failed probes double it."""
+
+    def never_accepted(ctrl, k, ks, catch_up):
+        ctrl.settle(k, 0, 1.0 + 0.2 * k, 0.2 * k + catch_up, requested=k, catch_up_s=catch_up)
+
+    def gaps(limit):
+        ctrl = DraftLengthController(max_k=4, probe_every=8, max_probe_every=96, catch_up_limit=limit)
+        return _drafting_gaps(ctrl, 600, 0.08, never_accepted, read_at_most=limit)
+
+    limited, unlimited = gaps(20), gaps(None)
+    assert unlimited[:3] == limited[:3] == [1, 1, 9]
+    assert all(g == 97 for g in unlimited[3:])
+    assert limited[3:6] == [41, 81, 97]
+    # The rate is per token read: a 20-token catch-up after 40 off steps is still 0.08 a token.
+    ctrl = DraftLengthController(max_k=4, probe_every=8, max_probe_every=96, catch_up_limit=20)
+    _drafting_gaps(ctrl, 120, 0.08, never_accepted, read_at_most=20)
+    assert ctrl.measured().catch_up_per_token_s == pytest.approx(0.08)
 
 
 def test_a_long_request_whose_verification_is_unmeasured_drafts_one_token_first():
