@@ -32,6 +32,7 @@ import psutil
 import torch
 
 from engine.core.events import Finished, Stats
+from engine.core.openmp_pool import release_openmp_workers
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,9 @@ class ThreadPolicy:
         finally:
             events.close()
             torch.set_num_threads(before)
+            # The next request may run on another thread (the server's, after the app's):
+            # this one's OpenMP workers must not outlive its work (engine.core.openmp_pool).
+            release_openmp_workers()
 
     def _apply(self, threads: int) -> None:
         if threads != self.threads:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.core.events import Event, Failed, Finished
+from engine.core.openmp_pool import release_openmp_workers
 from engine.core.settings import DecodeSettings, DrafterOptions, InvalidRequest, Precision, check_prompt, precision_name
 from engine.core.threads import ThreadPolicy
 from engine.decode.decoding import eos_token_ids, plain_decode, speculative_decode
@@ -132,6 +133,16 @@ class Session:
              drafter_options: DrafterOptions | None = None, draft_model_path: Path | None = None) -> "Session":
         """``draft_model_path``: a draft model to load beside a drafter made for the target
         (``drafter_path``), to race the two; ignored with any other drafter."""
+        try:
+            return cls._load(target_path, drafter_path, precision, device, drafter_options, draft_model_path)
+        finally:
+            # Requests may run on another thread (the server's): the OpenMP workers this one
+            # started while loading must not slow them (engine.core.openmp_pool).
+            release_openmp_workers()
+
+    @classmethod
+    def _load(cls, target_path: Path, drafter_path: Path | None, precision: Precision, device: str,
+              drafter_options: DrafterOptions | None, draft_model_path: Path | None) -> "Session":
         precision = precision_name(precision)  # an older spelling ("fast", "exact") is mapped
         options = drafter_options or DrafterOptions()
         if is_gguf(target_path):
