@@ -88,12 +88,9 @@ def _median_run(runs: list[dict]) -> dict:
     prompt the prefill is most of a run's time, so the run of median speed is one of median
     prefill, and its decode rate any of the runs' (a 4k-token prompt's three plain runs decoded
     at 46, 48 and 38 ms a token; the run of median speed was the 48)."""
-    def lower_middle(values):
-        return sorted(values)[(len(values) - 1) // 2]
-
     ranked = sorted(runs, key=lambda r: r["tok_per_s"])
     return {**ranked[(len(ranked) - 1) // 2], "tok_per_s_runs": [r["tok_per_s"] for r in runs],
-            "decode_tok_per_s": lower_middle([r["decode_tok_per_s"] for r in runs]),
+            "decode_tok_per_s": statistics.median_low([r["decode_tok_per_s"] for r in runs]),
             "decode_tok_per_s_runs": [r["decode_tok_per_s"] for r in runs]}
 
 

@@ -96,8 +96,7 @@ class DraftModelDrafter(DrafterBase):
             self._restart(0, [])
         common = common_prefix(self._cached, body[self._origin :])
         if len(body) - self._origin - common > DRAFT_WINDOW:
-            origin = len(body) - DRAFT_WINDOW
-            self._restart(origin, body[:origin])
+            self._restart_at_window(body)
             common = 0
         self._crop(common)
         body = body[self._origin :]
@@ -121,9 +120,7 @@ class DraftModelDrafter(DrafterBase):
             # A long stretch decoded while speculation was off: read its last window only, as a
             # long prompt's (DRAFT_WINDOW). Reading every token made a probe after 128 off
             # tokens cost ~320 ms on 2 cores, and so every probe wait the longest.
-            origin = len(context) - self.catch_up_limit
-            self._restart(origin, context[:origin])
-            pending = context[origin:]
+            pending = context[self._restart_at_window(context[:-1]) :]
         tokens: list[int] = []
         dists: list[torch.Tensor] = []
         self.catch_up_s = 0.0
@@ -162,6 +159,13 @@ class DraftModelDrafter(DrafterBase):
 
     def observe(self, valid_length: int) -> None:
         self._crop(max(0, valid_length - self._origin))
+
+    def _restart_at_window(self, body: list[int]) -> int:
+        """An empty cache that will read the last DRAFT_WINDOW tokens of ``body`` (the tokens
+        before the last one, which the next draft step feeds): returns its origin."""
+        origin = len(body) - DRAFT_WINDOW
+        self._restart(origin, body[:origin])
+        return origin
 
     def _restart(self, origin: int, skipped: list[int]) -> None:
         """An empty cache whose first token will be the request's token at ``origin``."""
