@@ -155,6 +155,7 @@ class ModelsView(QWidget):
                         and str(self.local[f.entry.id].model.path) == added), None)
             if row is not None:
                 self.table.selectRow(row)
+                self.reveal_selection()
 
     def set_app_precision(self, precision: str) -> None:
         if precision != self.app_precision:
@@ -258,6 +259,15 @@ class ModelsView(QWidget):
         self.table.selectRow(preselect)
         self._apply_filter(self.filter.text())
         self._sync()
+        self.reveal_selection()
+
+    def reveal_selection(self) -> None:
+        """Scroll the selected row into view: the settings panel below names it, and a row chosen
+        for the user (the recommendation, a model just imported, the selection kept across a re-sort)
+        may sit below the table's fold."""
+        row = self.table.currentRow()
+        if row >= 0 and not self.table.isRowHidden(row):
+            self.table.scrollTo(self.table.model().index(row, 0), QAbstractItemView.ScrollHint.EnsureVisible)
 
     def _hay(self, fit) -> str:
         """What the filter box searches in a row: names, repo, variant, source, drafter."""
@@ -280,6 +290,7 @@ class ModelsView(QWidget):
         row = next((r for r, f in enumerate(self.rows) if text.lower() in self._hay(f)), None)
         if row is not None:
             self.table.selectRow(row)
+            self.reveal_selection()
         return row is not None
 
     def show_offline(self, message: str) -> None:

@@ -106,3 +106,35 @@ def test_one_primary_button_load_or_download(qtbot, app_settings):
     other = next(r for r, f in enumerate(view.rows) if f.entry.id != "default-offline" and f.fit != "none")
     view.table.selectRow(other)  # not installed: Download
     assert view.download_button.isVisible() and view.download_button.isDefault() and not view.load_button.isVisible()
+
+
+def test_the_row_chosen_for_the_user_is_scrolled_into_view(qtbot, app_settings):
+    """The settings panel names the selected row; a recommendation below the table's fold is
+    scrolled into view, whether the report arrives before the view shows or after."""
+    from app.picker.model_settings import ModelSettingsStore
+
+    def visible(view) -> bool:
+        rect = view.table.visualRect(view.table.model().index(view.table.currentRow(), 0))
+        return view.table.viewport().rect().contains(rect)
+
+    for report_first in (False, True):
+        view = ModelsView(ModelSettingsStore(app_settings))
+        qtbot.addWidget(view)
+        view.resize(1100, 520)
+        if report_first:
+            _cpu_report(view, cores=16)
+        view.show()
+        qtbot.waitExposed(view)
+        if not report_first:
+            _cpu_report(view, cores=16)
+        selected = view.table.currentRow()
+        assert view.selected().recommended
+        row_height = view.table.rowHeight(0)
+        # The recommendation lies below what the viewport holds from the top ...
+        assert (selected + 1) * row_height > view.table.viewport().height()
+        assert visible(view), f"recommended row {selected} not scrolled into view (report first: {report_first})"
+        assert view.settings_panel.title() == f"Settings for {view.selected().entry.name}"
+        # ... and a re-sort that keeps the selection keeps it in view.
+        view.table.scrollToTop()
+        view.refresh()
+        assert visible(view)
