@@ -6,8 +6,8 @@ Kernel variants alternate in one process, so that all see the same machine load:
         [--without-amx] [--file-layout] [--baseline-rev HEAD] [--attention-baseline-rev HEAD]
 
 ``--without-amx``: also time the working tree with its AMX tiles off (the VNNI tiles instead);
-``--file-layout``: also time the working tree's AVX2 tiles on the file's rows, not the Q4_K
-layout they pack at load (only where the AVX2 tiles run: a CPU without AVX-512 VNNI);
+``--file-layout``: also time the working tree's tiles on the file's rows, not the Q4_K / Q6_K
+layout they pack at load (where the AVX2 tiles, or the VNNI tiles without AMX, run);
 ``--amx-rows``: the row count from which the working tree takes them (to choose where they pay);
 ``--baseline-rev``: also time the GGUF kernel sources of that git revision (compiled under
 another name, see gguf_speculation_bench.baseline_module); ``--attention-baseline-rev``: also time
@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--without-amx", action="store_true", help="also time the working tree's VNNI tiles alone")
     parser.add_argument("--file-layout", action="store_true",
-                        help="also time the working tree's AVX2 tiles on the file's layout (not the packed Q4_K)")
+                        help="also time the working tree's tiles on the file's layout (not the packed Q4_K / Q6_K)")
     parser.add_argument("--baseline-rev", help="also time the GGUF kernels of this git revision")
     parser.add_argument("--attention-baseline-rev", help="also time the attention kernel of this git revision")
     parser.add_argument("--amx-rows", type=int, default=0,

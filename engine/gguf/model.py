@@ -161,8 +161,8 @@ def _gguf_names(file: GgufFile, model: nn.Module) -> dict[str, str]:
 
 def packed_copy_bytes(file: GgufFile, names) -> int:
     """At most what the CPU kernels' own layout of the matrices ``names`` takes (where the AVX2
-    tiles run, Q4_K and Q6_K: kernels.gguf_linear; 3% over the file's bytes of them); 0 where
-    none of them is laid out again."""
+    tiles or the VNNI tiles without AMX run, Q4_K and Q6_K: kernels.gguf_linear; 3% over the
+    file's bytes of them); 0 where none of them is laid out again."""
     packed_types = {t.name for t in gguf_linear.packed_types()}
     return int(1.03 * sum(file.tensors[name].nbytes for name in set(names) if file.tensors[name].type_name in packed_types))
 

@@ -14,10 +14,13 @@ The backend is chosen once, on first use (the compiled one is built then); ``use
 overrides it (tests, benchmarks). A type the compiled backend does not cover runs on the
 reference.
 
-One exception to "no second copy": where the AVX2 tiles run (CPUs without AVX-512 VNNI),
-``prepare`` lays Q4_K and Q6_K out again in groups of 8 rows (gguf_rows8_avx2.h, 103% and 100%
-of the bytes): on the file's layout those tiles are bound by their arithmetic, Q4_K's at about
-half the memory's rate.
+One exception to "no second copy": ``prepare`` lays Q4_K and Q6_K out again where the AVX2
+tiles run (CPUs without AVX-512 VNNI: groups of 8 rows, gguf_rows8_avx2.h, 103% and 100% of the
+bytes) and where the VNNI tiles run without AMX (groups of 16 rows, gguf_rows16_vnni.h, 103% and
+101%): on the file's layout those tiles are bound by their arithmetic, the AVX2 ones' Q4_K at
+about half the memory's rate, the VNNI ones' from a second input row on (a verification's extra
+rows cost ~6 ms each in the default target's step). Where AMX tiles run the file's rows stay
+what every tile reads.
 The file's pages of such a weight are then read only for embedding rows (``release_pages`` of
 the model's file lets them go).
 """

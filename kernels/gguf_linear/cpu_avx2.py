@@ -11,7 +11,7 @@ from kernels.gguf_linear.blocks import SUPPORTED_TYPES, T
 
 SOURCE = Path(__file__).with_name("gguf_linear_avx2.cpp")
 TYPES = frozenset(SUPPORTED_TYPES)  # the types these tiles compute (the others run on the reference)
-PACKED_TYPES = frozenset({T.Q4_K, T.Q6_K})  # the types the AVX2 tiles lay out again (``pack``)
+PACKED_TYPES = frozenset({T.Q4_K, T.Q6_K})  # the types the AVX2 and VNNI tiles lay out again (``pack``)
 # -ffp-contract=off: the contract rounds each fp32 product and sum on its own (reference.py).
 available, _module = avx2_extension("tandem_gguf_linear_avx2", lambda: SOURCE, extra_cflags=("-mf16c", "-ffp-contract=off"))
 
@@ -30,13 +30,15 @@ def linear_group(x: torch.Tensor, weights, biases) -> torch.Tensor:
 
 
 def packed_types() -> frozenset:
-    """Q4_K and Q6_K where the AVX2 tiles run (no AVX-512 VNNI here, or not allowed); else none."""
-    return PACKED_TYPES if gguf_isa() == "avx2" else frozenset()
+    """Q4_K and Q6_K where the AVX2 tiles or the VNNI tiles run; none where AMX tiles run (they read
+    the file's rows, and a prefill there would need both copies)."""
+    return PACKED_TYPES if gguf_isa() in ("avx2", "avx512_vnni") else frozenset()
 
 
 def pack(raw: torch.Tensor, qtype, n: int, k: int) -> torch.Tensor | None:
-    """The weight laid out again for the AVX2 tiles (Q4_K, Q6_K: in groups of 8 rows) where those
-    run; None where the file's layout is what runs."""
+    """The weight laid out again for the tiles in use (Q4_K, Q6_K: in groups of 8 rows for the AVX2
+    tiles, of 16 for the VNNI tiles) where they have a layout of their own; None where the file's layout is
+    what runs."""
     if qtype not in packed_types():
         return None
     return _module().pack(raw, int(qtype), n, k)

@@ -25,6 +25,14 @@ inline __m128i k_scales_mins(const uint8_t* p) {
   return _mm_or_si128(low, high);
 }
 
+// The same from a block ``blk`` of the file (its scales at blk + 4, the 4 bytes after them not
+// read: a layout made at load may pack a file's last block) -> sm[16].
+inline void k_scales_mins_of(const uint8_t* blk, uint8_t* sm) {
+  uint8_t scale_bytes[16] = {0};
+  std::memcpy(scale_bytes, blk + 4, 12);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(sm), k_scales_mins(scale_bytes));
+}
+
 }  // namespace tandem_gguf
 
 namespace tandem_gguf_avx2 {

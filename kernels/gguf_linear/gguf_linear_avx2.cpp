@@ -2,7 +2,8 @@
 // contract bit for bit: x quantized per block to int8 (gguf_inputs.h), exact int32 sums per
 // block (gguf_formats_*.h), the fp32 steps per block in order, 8 weight rows at once
 // (gguf_tiles.h), or on AVX-512 VNNI 16 at once for Q4_K / Q6_K against 6 or more input rows
-// (gguf_prefill_vnni.h), or where the CPU has AMX-INT8 16 at once on its tiles against 64 or
+// (gguf_prefill_vnni.h) or against any number from a copy laid out at load (gguf_rows16_vnni.h,
+// where no AMX tiles run), or where the CPU has AMX-INT8 16 at once on its tiles against 64 or
 // more (gguf_amx.h: a prompt's prefill chunk). A row's bits never depend on how many rows share the call, nor on
 // which tiles run. Compiled with -ffp-contract=off: a fused multiply-add would round once where
 // the contract (and torch) rounds twice.
@@ -72,13 +73,21 @@ inline bool& packed_enabled() {
   return on;
 }
 
-// The weight laid out again for the AVX2 tiles (``pack``) where they run and one was made: null
-// otherwise (the VNNI and AMX tiles read the file's rows).
-inline const uint8_t* packed_for_avx2(const torch::Tensor& packed, bool vnni, int64_t qtype, int64_t N, int64_t K) {
-  if (vnni || !packed_enabled() || !packed.defined() || packed.numel() == 0) return nullptr;
-  const int64_t group_bytes = tandem_gguf_avx2::rows8::group_bytes(qtype);
-  TORCH_CHECK(group_bytes > 0 && packed.scalar_type() == at::kByte && packed.is_contiguous() &&
-                  packed.numel() == (N + 7) / 8 * (K / 256) * group_bytes,
+// Whether the tiles in use lay Q4_K / Q6_K out again at load in groups of 16 rows (gguf_rows16_vnni.h):
+// the VNNI tiles where no AMX tiles run (those read the file's rows, as the prefill of an AMX CPU
+// would otherwise need both copies).
+inline bool packs_rows16(bool vnni) { return vnni && !use_amx_tiles(vnni); }
+
+// The weight laid out again at load (``pack``) for the tiles in use, where one was made: null
+// otherwise (the tiles read the file's rows). A layout made for the other tile set (tests switch
+// tile sets in one process) is not this one's: rows8 packs are 2-D, rows16 ones 3-D.
+inline const uint8_t* packed_for(const torch::Tensor& packed, bool vnni, int64_t qtype, int64_t N, int64_t K) {
+  if (!packed_enabled() || !packed.defined() || packed.numel() == 0) return nullptr;
+  const bool rows16 = packed.dim() == 3;
+  if (rows16 != vnni || (rows16 && !packs_rows16(vnni))) return nullptr;
+  const int64_t expected = rows16 ? (N + 15) / 16 * (K / 256) * tandem_gguf_vnni::rows16::group_bytes(qtype)
+                                  : (N + 7) / 8 * (K / 256) * tandem_gguf_avx2::rows8::group_bytes(qtype);
+  TORCH_CHECK(expected > 0 && packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.numel() == expected,
               "gguf linear: a packed weight must be pack()'s output for this weight");
   return packed.data_ptr<uint8_t>();
 }
@@ -94,28 +103,40 @@ inline void huge_pages(uint8_t* p, int64_t bytes) {
 #endif
 }
 
-// Q4_K / Q6_K rows [N, row_bytes] -> the interleaved layout of gguf_rows8_avx2.h; an empty
-// tensor for a type that has none.
-template <class F>
+// Q4_K / Q6_K rows [N, row_bytes] -> F's layout in groups of ``Rows`` rows (gguf_rows8_avx2.h's
+// groups of 8, 2-D [groups][blocks x bytes], or gguf_rows16_vnni.h's of 16, 3-D [groups][blocks]
+// [bytes]: the shape tells the layouts apart, their sizes can be equal).
+template <class F, int Rows>
 torch::Tensor pack_as(const torch::Tensor& raw, int64_t N, int64_t K) {
   TORCH_CHECK(K % 256 == 0 && raw.scalar_type() == at::kByte && raw.dim() == 2 && raw.size(0) == N &&
                   raw.size(1) == K / 256 * F::kFileBytes && raw.is_contiguous(),
               "gguf pack: raw weights must be contiguous uint8 [N, K / 256 * block bytes]");
-  const int64_t groups = (N + 7) / 8, blocks = K / 256;
-  torch::Tensor out = torch::empty({groups, blocks * F::kGroupBytes}, torch::kUInt8);
+  const int64_t groups = (N + Rows - 1) / Rows, blocks = K / 256;
+  torch::Tensor out = Rows == 16 ? torch::empty({groups, blocks, F::kGroupBytes}, torch::kUInt8)
+                                 : torch::empty({groups, blocks * F::kGroupBytes}, torch::kUInt8);
+  TORCH_CHECK(reinterpret_cast<uintptr_t>(out.data_ptr<uint8_t>()) % 64 == 0, "gguf pack: the layout's vectors need 64-byte alignment");
   huge_pages(out.data_ptr<uint8_t>(), out.numel());
   const uint8_t* W = raw.data_ptr<uint8_t>();
   uint8_t* O = out.data_ptr<uint8_t>();
-  at::parallel_for(0, groups, 16, [&](int64_t g0, int64_t g1) {
-    for (int64_t g = g0; g < g1; ++g)
-      tandem_gguf_avx2::rows8::pack_group<F>(W, raw.size(1), N, 8 * g, blocks, O + g * blocks * F::kGroupBytes);
+  at::parallel_for(0, groups, 128 / Rows, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; ++g) {
+      if constexpr (Rows == 16) tandem_gguf_vnni::rows16::pack_group<F>(W, raw.size(1), N, 16 * g, blocks, O + g * blocks * F::kGroupBytes);
+      else tandem_gguf_avx2::rows8::pack_group<F>(W, raw.size(1), N, 8 * g, blocks, O + g * blocks * F::kGroupBytes);
+    }
   });
   return out;
 }
 
+// The weight laid out again for the tiles in use: Q4_K and Q6_K in groups of 16 rows for the VNNI
+// tiles (where no AMX tiles run), in groups of 8 for the AVX2 tiles; an empty tensor
+// where the tiles read the file's rows.
 torch::Tensor pack(torch::Tensor raw, int64_t qtype, int64_t N, int64_t K) {
-  if (qtype == Q4_K) return pack_as<tandem_gguf_avx2::rows8::Q4K>(raw, N, K);
-  if (qtype == Q6_K) return pack_as<tandem_gguf_avx2::rows8::Q6K>(raw, N, K);
+  const bool vnni = use_vnni();
+  if (packs_rows16(vnni) && qtype == Q4_K) return pack_as<tandem_gguf_vnni::rows16::Q4K, 16>(raw, N, K);
+  if (packs_rows16(vnni) && qtype == Q6_K) return pack_as<tandem_gguf_vnni::rows16::Q6K, 16>(raw, N, K);
+  if (vnni) return torch::empty({0}, torch::kUInt8);
+  if (qtype == Q4_K) return pack_as<tandem_gguf_avx2::rows8::Q4K, 8>(raw, N, K);
+  if (qtype == Q6_K) return pack_as<tandem_gguf_avx2::rows8::Q6K, 8>(raw, N, K);
   return torch::empty({0}, torch::kUInt8);
 }
 
@@ -141,21 +162,21 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor raw, torch::Tensor packed, i
   }
   Inputs in;
   const bool vnni = use_vnni();
+  const uint8_t* P = packed_for(packed, vnni, qtype, N, K);
   const bool amx = use_amx(vnni, qtype, M);
-  const bool prefill = use_prefill(vnni, qtype, M);
+  const bool prefill = use_prefill(vnni, qtype, M) || (vnni && P);  // rows16 runs in the prefill tiles' region
   quantize_inputs(xf.data_ptr<float>(), M, K, QB, in, vnni && !prefill && !amx && (qtype == Q4_K || qtype == Q5_K));
   bool done;
   if (amx) {
     const tandem_gguf_vnni::Job job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N};
     done = tandem_gguf_amx::amx_group(&job, &qtype, 1, M);
   } else if (prefill) {
-    const tandem_gguf_vnni::Job job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N};
+    const tandem_gguf_vnni::Job job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N, P};
     done = tandem_gguf_vnni::prefill_group(&job, &qtype, 1, M);
   } else {
     done = vnni
         ? tandem_gguf_vnni::dispatch(qtype, tandem_gguf_vnni::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N}, M)
-        : tandem_gguf_avx2::dispatch(qtype, tandem_gguf_avx2::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N,
-                                                                     packed_for_avx2(packed, vnni, qtype, N, K)}, M);
+        : tandem_gguf_avx2::dispatch(qtype, tandem_gguf_avx2::Job{raw.data_ptr<uint8_t>(), raw.size(1), N, &in, B, out.data_ptr<float>(), N, P}, M);
   }
   TORCH_CHECK(done, "gguf linear: unsupported type ", qtype);
   return out.to(x.scalar_type()).reshape(out_shape);
@@ -209,18 +230,22 @@ torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std
   auto out = torch::empty({M, total}, xf.options());
   if (M == 0 || total == 0) return out.to(x.scalar_type()).reshape(out_shape);
   const bool vnni = use_vnni();
-  bool prefill = false, amx = false;  // any weight on the prefill (AMX) tiles: then all of them run in their region
+  std::vector<const uint8_t*> packed(count, nullptr);  // the layout made at load for the tiles in use, where one was
+  for (size_t j = 0; j < count; ++j) packed[j] = packed_for(packs[j], vnni, qtypes[j], ns[j], K);
+  // Any weight on the prefill (AMX) tiles, or packed in rows of 16: then all of them run in their region.
+  bool prefill = false, amx = false;
   for (size_t j = 0; j < count; ++j) {
-    prefill = prefill || use_prefill(vnni, qtypes[j], M);
+    prefill = prefill || use_prefill(vnni, qtypes[j], M) || (vnni && packed[j]);
     amx = amx || use_amx(vnni, qtypes[j], M);
   }
   // The input layouts the weights read: per 256 values (interleaved for VNNI Q4_K / Q5_K on the
-  // tiles of 8) or 32.
+  // tiles of 8: a Q4_K from its file against fewer than kPrefillRows rows) or 32.
   Inputs layouts[3];
   bool made[3] = {false, false, false};
   std::vector<const Inputs*> inputs(count);
   for (size_t j = 0; j < count; ++j) {
-    const bool interleave = vnni && (qtypes[j] == Q5_K || (qtypes[j] == Q4_K && !prefill && !amx));
+    const bool q4k_on_tiles_of_8 = qtypes[j] == Q4_K && !packed[j] && !amx && M < tandem_gguf_vnni::kPrefillRows;
+    const bool interleave = vnni && (qtypes[j] == Q5_K || q4k_on_tiles_of_8 || (qtypes[j] == Q4_K && !prefill && !amx));
     const int which = is_kquant(qtypes[j]) ? (interleave ? 0 : 1) : 2;
     if (!made[which]) {
       quantize_inputs(xf.data_ptr<float>(), M, K, which == 2 ? 32 : 256, layouts[which], interleave);
@@ -228,8 +253,6 @@ torch::Tensor linear_group(torch::Tensor x, std::vector<torch::Tensor> raws, std
     }
     inputs[j] = &layouts[which];
   }
-  std::vector<const uint8_t*> packed(count, nullptr);  // the AVX2 tiles' own layout, where they run on it
-  for (size_t j = 0; j < count; ++j) packed[j] = packed_for_avx2(packs[j], vnni, qtypes[j], ns[j], K);
   const bool done = amx
       ? run_jobs<tandem_gguf_vnni::Job>(raws, packed, qtypes, ns, B, inputs, out.data_ptr<float>(), total, M, tandem_gguf_amx::amx_group)
       : prefill

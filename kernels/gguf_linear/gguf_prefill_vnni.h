@@ -239,6 +239,26 @@ inline void block_rows(const BlockTile& t, const Inputs& in, int64_t b, int64_t 
   }
 }
 
+// acc (16 lanes per input row: weight rows n0 .. n0+15) (+ the bias) -> the outputs of the rows below N.
+inline void store_wide(const Job& job, int64_t n0, int64_t M, const float* acc) {
+  const int64_t valid = std::min<int64_t>(kWide, job.N - n0);
+  alignas(64) float bias[kWide] = {0};
+  if (job.B)
+    for (int64_t i = 0; i < valid; ++i) bias[i] = job.B[n0 + i];
+  for (int64_t m = 0; m < M; ++m) {
+    const __m512 a = _mm512_load_ps(acc + m * kWide);
+    const __m512 y = job.B ? _mm512_add_ps(a, _mm512_load_ps(bias)) : a;
+    float* out = job.O + m * job.ldo + n0;
+    if (valid == kWide) {
+      _mm512_storeu_ps(out, y);
+    } else {
+      alignas(64) float lanes[kWide];
+      _mm512_store_ps(lanes, y);
+      for (int64_t i = 0; i < valid; ++i) out[i] = lanes[i];
+    }
+  }
+}
+
 constexpr int kRowsAtOnce = 6;  // input rows sharing each laid-out vector loaded
 
 // Tile t (weight rows 16t .. 16t+15) of ``job`` against all M input rows.
@@ -279,29 +299,29 @@ inline void prefill_tile(const Job& job, int64_t t, int64_t M, BlockTile& tile, 
       default: break;
     }
   }
-  const int64_t valid = std::min<int64_t>(kWide, job.N - n0);
-  alignas(64) float bias[kWide] = {0};
-  if (job.B)
-    for (int64_t i = 0; i < valid; ++i) bias[i] = job.B[n0 + i];
-  for (int64_t m = 0; m < M; ++m) {
-    const __m512 a = _mm512_load_ps(acc + m * kWide);
-    const __m512 y = job.B ? _mm512_add_ps(a, _mm512_load_ps(bias)) : a;
-    float* out = job.O + m * job.ldo + n0;
-    if (valid == kWide) {
-      _mm512_storeu_ps(out, y);
-    } else {
-      alignas(64) float lanes[kWide];
-      _mm512_store_ps(lanes, y);
-      for (int64_t i = 0; i < valid; ++i) out[i] = lanes[i];
-    }
-  }
+  store_wide(job, n0, M, acc);
 }
 
 inline int64_t prefill_tiles(const Job& job) { return (job.N + kWide - 1) / kWide; }
 
-// Several weights on the same M input rows in one parallel region: the Q4_K / Q6_K ones in tiles
-// of 16 rows here, any other type in gguf_tiles.h's tiles of 8. False (nothing computed) for a
-// type neither covers.
+}  // namespace tandem_gguf_vnni
+
+#pragma GCC pop_options
+
+#include "gguf_rows16_vnni.h"  // rows16: Q4_K and Q6_K packed at load in groups of 16 rows
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,f16c")
+
+namespace tandem_gguf_vnni {
+
+// Whether a job runs on tiles of 16 rows: where its weight was packed for them (rows16), or a
+// Q4_K / Q6_K file layout against enough input rows to pay for laying each block out per call.
+inline bool wide(const Job& job, int64_t qtype, int64_t M) { return job.P || (prefill_type(qtype) && M >= kPrefillRows); }
+
+// Several weights on the same M input rows in one parallel region: packed Q4_K / Q6_K and,
+// against kPrefillRows or more, the file's Q4_K / Q6_K in tiles of 16 rows, the rest in gguf_tiles.h's
+// tiles of 8. False (nothing computed) for a type neither covers.
 inline bool prefill_group(const Job* jobs, const int64_t* qtypes, int64_t count, int64_t M) {
   constexpr int64_t kMaxGroup = 8;
   if (count < 1 || count > kMaxGroup) return false;
@@ -312,7 +332,7 @@ inline bool prefill_group(const Job* jobs, const int64_t* qtypes, int64_t count,
       case tandem_gguf::Q8_0: case tandem_gguf::Q4_K: case tandem_gguf::Q5_K: case tandem_gguf::Q6_K: break;
       default: return false;
     }
-    start[j + 1] = start[j] + (prefill_type(qtypes[j]) ? prefill_tiles(jobs[j]) : tile_count(jobs[j]));
+    start[j + 1] = start[j] + (wide(jobs[j], qtypes[j], M) ? prefill_tiles(jobs[j]) : tile_count(jobs[j]));
   }
   const int64_t units = start[count];
   if (units == 0) return true;
@@ -325,9 +345,11 @@ inline bool prefill_group(const Job* jobs, const int64_t* qtypes, int64_t count,
     for (int64_t u = u0; u < u1; ++u) {
       while (u >= start[j + 1]) ++j;
       const int64_t t = u - start[j];
-      if (qtypes[j] == tandem_gguf::Q4_K) prefill_tile<false>(jobs[j], t, M, *tile, acc);
-      else if (qtypes[j] == tandem_gguf::Q6_K) prefill_tile<true>(jobs[j], t, M, *tile, acc);
-      else column_of(qtypes[j], jobs[j], t, M);
+      if (jobs[j].P && qtypes[j] == tandem_gguf::Q6_K) rows16::tile<rows16::Q6K>(jobs[j], t, M, *tile, acc);
+      else if (jobs[j].P) rows16::tile<rows16::Q4K>(jobs[j], t, M, *tile, acc);
+      else if (!wide(jobs[j], qtypes[j], M)) column_of(qtypes[j], jobs[j], t, M);
+      else if (qtypes[j] == tandem_gguf::Q4_K) prefill_tile<false>(jobs[j], t, M, *tile, acc);
+      else prefill_tile<true>(jobs[j], t, M, *tile, acc);
     }
   });
   return true;

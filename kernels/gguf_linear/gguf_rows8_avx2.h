@@ -69,10 +69,8 @@ struct Q4K {
   static constexpr bool kHasMins = true;
 
   static void pack_row(const uint8_t* blk, int r, uint8_t* o) {
-    alignas(16) uint8_t sm[16];  // scales 0..7, mins 0..7
-    uint8_t scale_bytes[16] = {0};
-    std::memcpy(scale_bytes, blk + 4, 12);
-    _mm_store_si128(reinterpret_cast<__m128i*>(sm), tandem_gguf::k_scales_mins(scale_bytes));
+    uint8_t sm[16];  // scales 0..7, mins 0..7
+    tandem_gguf::k_scales_mins_of(blk, sm);
     for (int j = 0; j < 8; ++j) {
       o[kScales + 8 * j + r] = sm[j];
       o[kMins + 16 * (j / 2) + 2 * r + (j % 2)] = sm[8 + j];

@@ -80,7 +80,7 @@ def _packed_bytes(path: Path) -> int:
 def test_memory_holds_the_file_mapped_and_no_copy_of_it():
     """In a fresh process: loading reads almost none of the weights (they are mapped), and
     decoding keeps them as the file's pages, with no weights-sized anonymous copy; but for the
-    AVX2 tiles' own layout of Q4_K / Q6_K where those tiles run, which replaces the file's pages
+    tiles' own layout of Q4_K / Q6_K where the AVX2 or VNNI tiles run, which replaces the file's pages
     of those matrices (they are released after the copy is made)."""
     target = _gguf(default_pair.TARGET)
     run = subprocess.run([sys.executable, "-c", _PROBE, str(target)], capture_output=True, text=True, timeout=600)

@@ -342,16 +342,18 @@ def test_amx_tiles_switch_off(kernel):
     assert cpu_avx2.gguf_isa() == (kernel.partition("/")[2] or "avx2")
 
 
-GROUP_BYTES = {T.Q4_K: 1184, T.Q6_K: 1680}  # a group of 8 rows' super-block, packed
+# A group's super-block, packed: 8 rows for the AVX2 tiles, 16 for the VNNI tiles.
+GROUP_BYTES = {"cpu_avx2": (8, {T.Q4_K: 1184, T.Q6_K: 1680}), "cpu_avx2/avx512_vnni": (16, {T.Q4_K: 2368, T.Q6_K: 3392})}
 
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
-def test_avx2_tiles_lay_k_quants_out_again_and_keep_their_bits(kernel, qtype):
-    """Where the AVX2 tiles run, ``prepare`` makes Q4_K's and Q6_K's interleaved copies (groups
-    of 8 rows; a partial last group) and no other type's; computing from them gives the file
-    layout's bits and the reference's, for every row count (every tile shape and chunking), alone
-    and in a group beside other types. Where VNNI tiles run, no copy is made (they read the
-    file's rows)."""
+def test_k_quants_laid_out_again_keep_their_bits(kernel, qtype):
+    """Where the AVX2 tiles run, ``prepare`` makes Q4_K's and Q6_K's interleaved copies in groups
+    of 8 rows, where the VNNI tiles run in groups of 16 (a partial last group either way), and no
+    other type's; computing from them gives the file layout's bits and the reference's, for every
+    row count (every tile shape and chunking, the rows kept in registers and those through the
+    prefill tiles), alone and in a group beside other types. Where AMX tiles run no copy is made
+    (they read the file's rows)."""
     from kernels.gguf_linear import cpu_avx2
 
     if not kernel.startswith("cpu_avx2"):
@@ -360,13 +362,15 @@ def test_avx2_tiles_lay_k_quants_out_again_and_keep_their_bits(kernel, qtype):
     raw = random_raw(qtype, n, k, seed=41 + int(qtype))
     w = gguf_linear.prepare(raw, qtype, n, k)
     others = [gguf_linear.prepare(random_raw(t, 11, k, seed=int(t)), t, 11, k) for t in (T.Q5_K, T.Q5_0)]
-    if kernel != "cpu_avx2":
+    if kernel not in GROUP_BYTES:
         assert w.packed is None
         return
-    assert w.packed is not None and w.packed.numel() == 5 * 3 * GROUP_BYTES[qtype]  # 5 groups of 8 rows, 3 blocks
+    rows, group_bytes = GROUP_BYTES[kernel]
+    assert w.packed is not None and w.packed.numel() == -(-n // rows) * 3 * group_bytes[qtype]  # 3 blocks
     assert all(o.packed is None for o in others)
     x, bias = _inputs(20, k, seed=5), torch.randn(n)
     want = reference.linear(x, raw, qtype, n, k, bias)
+    want_unbiased = reference.linear(x, raw, qtype, n, k)
     cpu_avx2.gguf_allow_packed(False)
     try:
         file_layout = [gguf_linear.linear(x[:m], w, bias) for m in range(1, 21)]
@@ -376,15 +380,47 @@ def test_avx2_tiles_lay_k_quants_out_again_and_keep_their_bits(kernel, qtype):
     for m in range(1, 21):
         packed = gguf_linear.linear(x[:m], w, bias)
         assert torch.equal(packed, file_layout[m - 1]) and torch.equal(packed, want[:m]), m
-    group = gguf_linear.linear_group(x, [others[0], w, others[1]], [None, bias, None])
-    assert torch.equal(group, group_file) and torch.equal(group[:, 11:11 + n], want)
+    for m in (1, 2, 5, 6, 7, 20):  # beside a type on the tiles of 8, and the same weight from its file
+        group = gguf_linear.linear_group(x[:m], [others[0], w, others[1], gguf_linear.GgufWeight(raw, qtype, n, k)],
+                                         [None, bias, None, None])
+        assert torch.equal(group[:, :11 + n + 11], group_file[:m]) and torch.equal(group[:, 11:11 + n], want[:m]), m
+        assert torch.equal(group[:, 11 + n + 11:], want_unbiased[:m]), m
     # Many rows (a prefill chunk) too.
     many = _inputs(70, k, seed=6)
     assert torch.equal(gguf_linear.linear(many, w), reference.linear(many, raw, qtype, n, k))
     # A copy that is not this weight's is refused, not read past its end.
-    short = gguf_linear.GgufWeight(raw, qtype, n, k, w.packed[:4])
+    short = gguf_linear.GgufWeight(raw, qtype, n, k, w.packed[:1])
     with pytest.raises(RuntimeError, match="pack"):
         gguf_linear.linear(x[:1], short)
+
+
+def test_a_copy_laid_out_for_other_tiles_is_not_read(kernel):
+    """Tests switch tile sets in one process: a weight packed for the AVX2 tiles and one packed for
+    the VNNI tiles are each read only by their own; the other computes from the file's rows, with
+    the same bits."""
+    from kernels.gguf_linear import cpu_avx2
+
+    if kernel != "cpu_avx2/avx512_vnni":
+        pytest.skip("needs the VNNI tiles beside the AVX2 ones")
+    n, k = 32, 512
+    raw = random_raw(T.Q4_K, n, k, seed=7)
+    vnni_copy = gguf_linear.prepare(raw, T.Q4_K, n, k)
+    cpu_avx2.gguf_allow_vnni(False)
+    try:
+        avx2_copy = gguf_linear.prepare(raw, T.Q4_K, n, k)
+    finally:
+        cpu_avx2.gguf_allow_vnni(True)
+    # Same bytes per row (2,368 per 16 rows, 1,184 per 8): only the layout tells them apart.
+    assert vnni_copy.packed.numel() == avx2_copy.packed.numel()
+    x = _inputs(9, k, seed=8)
+    want = reference.linear(x, raw, T.Q4_K, n, k)
+    for m in (1, 5, 9):
+        assert torch.equal(gguf_linear.linear(x[:m], avx2_copy), want[:m])
+        cpu_avx2.gguf_allow_vnni(False)
+        try:
+            assert torch.equal(gguf_linear.linear(x[:m], vnni_copy), want[:m])
+        finally:
+            cpu_avx2.gguf_allow_vnni(True)
 
 
 def test_leading_dimensions_and_dtype_are_kept():
