@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from kernels.sampling import process_logits
+from kernels.sampling import process_logits, sample_from
 
 
 def test_temperature_one_is_softmax():
@@ -37,3 +37,40 @@ def test_batched_rows_are_independent():
 def test_zero_temperature_is_refused():
     with pytest.raises(ValueError):
         process_logits(torch.zeros(3), temperature=0)
+
+
+def _frequencies(probs: torch.Tensor, draws: int, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    rows = probs.unsqueeze(0).expand(draws, -1)
+    return torch.bincount(sample_from(rows, gen), minlength=probs.shape[-1]).double() / draws
+
+
+def test_draws_follow_the_distribution_across_blocks():
+    # Mass spread over several blocks of the two-level draw, with zeros between and a token on
+    # the last (padded) block's edge.
+    vocab = 5000
+    probs = torch.zeros(vocab)
+    probs[[0, 1023, 1024, 2500, 4999]] = torch.tensor([0.05, 0.25, 0.1, 0.4, 0.2])
+    freq = _frequencies(probs, 40_000)
+    sigma = (probs.double() * (1 - probs.double()) / 40_000).sqrt()
+    assert ((freq - probs.double()).abs() <= 5 * sigma + 1e-12).all()
+    assert freq[probs == 0].sum() == 0
+
+
+def test_a_token_of_probability_zero_is_never_drawn():
+    for only in (0, 1023, 1024, 151_935):
+        probs = torch.zeros(151_936)
+        probs[only] = 1.0
+        assert (_frequencies(probs, 200)[only] == 1.0).item()
+    # Tiny masses beside a large one: every draw lands on a positive token.
+    probs = torch.zeros(151_936)
+    probs[[7, 90_000, 151_935]] = torch.tensor([1.0, 1e-30, 1e-38])
+    drawn = sample_from(probs.unsqueeze(0).expand(2_000, -1), torch.Generator().manual_seed(1))
+    assert (probs[drawn] > 0).all()
+
+
+def test_draws_keep_the_batch_shape_and_follow_the_seed():
+    probs = torch.randn(2, 3, 2_000).softmax(-1)
+    first = sample_from(probs, torch.Generator().manual_seed(3))
+    assert first.shape == (2, 3) and first.dtype == torch.long
+    assert torch.equal(first, sample_from(probs, torch.Generator().manual_seed(3)))
