@@ -51,6 +51,20 @@ def test_greedy_speculation_is_token_identical_to_plain(tokenizer, seed):
                 assert result.text == reference.text
 
 
+def test_a_pass_with_nothing_drafted_samples_as_plain_decoding_does(tiny_pair):
+    # With no drafts a pass is a plain step: the same seed gives the same sampled tokens.
+    tokenizer, target, drafter = tiny_pair
+    prompt = encode(tokenizer, PROMPTS[1])
+    for seed in range(3):
+        sampled = dict(mode="sample", temperature=0.9, top_p=0.95, seed=seed, max_new_tokens=24)
+        plain = plain_ids(target, tokenizer, prompt, DecodeSettings(**sampled), set())
+        result, _ = run_to_end(speculative_decode(ModelRunner(target), DraftModelDrafter(drafter), tokenizer, prompt,
+                                                  DecodeSettings(**sampled, draft_length=0), set()))
+        assert isinstance(result, Finished), result
+        assert result.stats.drafted == 0
+        assert result.token_ids == plain.token_ids, seed
+
+
 def test_partial_acceptance_is_exercised_and_counted(tiny_pair):
     tokenizer, target, drafter = tiny_pair
     prompt = encode(tokenizer, PROMPTS[0])
