@@ -39,10 +39,15 @@ def test_zero_temperature_is_refused():
         process_logits(torch.zeros(3), temperature=0)
 
 
-def _frequencies(probs: torch.Tensor, draws: int, seed: int = 0) -> torch.Tensor:
+def _draws(probs: torch.Tensor, draws: int, seed: int = 0, batch: int = 50) -> torch.Tensor:
+    """``draws`` tokens from ``probs``, drawn ``batch`` rows at a time (a row is a padded copy)."""
     gen = torch.Generator().manual_seed(seed)
-    rows = probs.unsqueeze(0).expand(draws, -1)
-    return torch.bincount(sample_from(rows, gen), minlength=probs.shape[-1]).double() / draws
+    return torch.cat([sample_from(probs.unsqueeze(0).expand(min(batch, draws - start), -1), gen)
+                      for start in range(0, draws, batch)])
+
+
+def _frequencies(probs: torch.Tensor, draws: int, seed: int = 0) -> torch.Tensor:
+    return torch.bincount(_draws(probs, draws, seed, batch=1000), minlength=probs.shape[-1]).double() / draws
 
 
 def test_draws_follow_the_distribution_across_blocks():
@@ -57,15 +62,26 @@ def test_draws_follow_the_distribution_across_blocks():
     assert freq[probs == 0].sum() == 0
 
 
+def test_draws_follow_a_dense_distribution():
+    # A softmax over 3,000 tokens, as a model's: chi-square over every token against its law
+    # (3,000 bins; the statistic's mean is 2,999 and its standard deviation 77).
+    probs = (torch.randn(3_000, generator=torch.Generator().manual_seed(5)) * 2).softmax(-1)
+    draws = 200_000
+    counts = torch.bincount(_draws(probs, draws, seed=2, batch=2_000), minlength=3_000).double()
+    expected = probs.double() * draws
+    chi_square = ((counts - expected) ** 2 / expected).sum().item()
+    assert chi_square < 2_999 + 6 * 77
+
+
 def test_a_token_of_probability_zero_is_never_drawn():
     for only in (0, 1023, 1024, 151_935):
         probs = torch.zeros(151_936)
         probs[only] = 1.0
-        assert (_frequencies(probs, 200)[only] == 1.0).item()
+        assert (_draws(probs, 100) == only).all()
     # Tiny masses beside a large one: every draw lands on a positive token.
     probs = torch.zeros(151_936)
     probs[[7, 90_000, 151_935]] = torch.tensor([1.0, 1e-30, 1e-38])
-    drawn = sample_from(probs.unsqueeze(0).expand(2_000, -1), torch.Generator().manual_seed(1))
+    drawn = _draws(probs, 500, seed=1)
     assert (probs[drawn] > 0).all()
 
 
