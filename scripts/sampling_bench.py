@@ -24,7 +24,6 @@ from engine.core import sampler as sampler_module  # noqa: E402
 from engine.core.settings import DecodeSettings  # noqa: E402
 from kernels.sampling import process_logits, sample_from  # noqa: E402
 
-TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 VOCAB = 151_936
 
 
@@ -52,12 +51,13 @@ def time_draws(repeats: int) -> None:
 
 
 def time_decoding(cached_lengths: list[int], tokens: int, repeats: int) -> None:
-    from engine.core.paths import cache_dir
+    from engine.cli.common import default_model_paths
     from engine.decode.decoding import decode_one_token
     from engine.models.loading.loader import load_model
     from engine.models.runners.gguf_runner import GgufRunner
 
-    runner = GgufRunner(load_model(cache_dir() / "gguf" / TARGET, "file", "cpu", check_memory=False).model)
+    target, _ = default_model_paths(None, None, need_drafter=False, precision="file")  # the default pair's GGUF target
+    runner = GgufRunner(load_model(target, "file", "cpu", check_memory=False).model)
     rng = torch.Generator().manual_seed(0)
     for cached in cached_lengths:
         prompt = torch.randint(100, 20000, (cached,), generator=rng).tolist()

@@ -246,15 +246,15 @@ def speculate_step(
         allowed = constraint.allowed_prefix(draft.tokens)
         if allowed < len(draft.tokens):
             draft = Draft(draft.tokens[:allowed], None if draft.probs is None else draft.probs[:allowed])
-    drafted = torch.tensor(draft.tokens, dtype=torch.long)  # the backends move it to the logits' device
-    logits = target.forward([*context[-unread:], *draft.tokens], n_logits=len(draft.tokens) + 1)
-    if constraint is not None:
-        logits = constraint.mask(logits, draft.tokens)
     if not draft.tokens:
         # Nothing to verify: the pass is a plain step and draws as plain decoding does (the
         # verification's exponential race reads a uniform per vocabulary entry: 1.5 ms a pass).
-        n, next_token = 0, sampler.choose(logits[-1])[0]
+        n, next_token = 0, decode_one_token(target, context[-unread:], sampler, constraint)
     else:
+        drafted = torch.tensor(draft.tokens, dtype=torch.long)  # the backends move it to the logits' device
+        logits = target.forward([*context[-unread:], *draft.tokens], n_logits=len(draft.tokens) + 1)
+        if constraint is not None:
+            logits = constraint.mask(logits, draft.tokens)
         verdict = (verify_greedy(drafted, logits) if sampler.greedy
                    else verify_sampled(drafted, draft.probs, sampler.probs(logits), sampler.generator))
         n, next_token = verdict.n_accepted, verdict.next_token
