@@ -9,6 +9,7 @@ interpreter is slow, so cases use small vocabularies; the device run (scripts/gp
 adds the real one.
 """
 import importlib
+import math
 import os
 import platform
 import sys
@@ -182,6 +183,36 @@ def test_draw_randomness_shapes_and_ranges():
     assert draws.race.shape == (1000,) and draws.race.dtype == torch.float32
     assert bool((draws.accept_u >= 0).all() and (draws.accept_u < 1).all())
     assert bool(torch.isfinite(draws.race).all() and (draws.race > 0).all())
+
+
+def test_race_weights_are_reciprocals_of_exponentials():
+    """1/w follows Exp(1): a Kolmogorov-Smirnov distance over 20 draws of a 151,936-entry
+    vocabulary, and the smallest values, which win races, as often as Exp(1) has them."""
+    gen = torch.Generator().manual_seed(11)
+    e = torch.cat([draw_randomness(2, 151_936, gen).race.double().reciprocal() for _ in range(20)])
+    n = e.numel()
+    cdf = -torch.expm1(-e.sort().values)
+    empirical = torch.arange(1, n + 1, dtype=torch.float64) / n
+    distance = float(torch.maximum((empirical - cdf).abs(), (empirical - 1.0 / n - cdf).abs()).max())
+    assert distance < 1.95 / n**0.5  # the 0.1% critical value
+    for x in (1e-2, 1e-3, 1e-4):
+        expected = n * -math.expm1(-x)
+        assert abs(int((e < x).sum()) - expected) < 5 * expected**0.5
+
+
+def test_race_weights_follow_the_generator():
+    """The same generator state draws the same weights, the next draw others, and a draw moves
+    the generator on (a seeded request repeats; its passes do not repeat each other)."""
+    a, b = torch.Generator().manual_seed(4), torch.Generator().manual_seed(4)
+    first, again = draw_randomness(3, 5000, a), draw_randomness(3, 5000, b)
+    assert torch.equal(first.race, again.race) and torch.equal(first.accept_u, again.accept_u)
+    second = draw_randomness(3, 5000, a)
+    assert not torch.equal(first.race, second.race)
+    ranks = [w.argsort().argsort().double() for w in (first.race, second.race)]
+    assert abs(float(torch.corrcoef(torch.stack(ranks))[0, 1])) < 0.05  # 5,000 entries: 3.5 sigma
+    assert not torch.equal(a.get_state(), b.get_state())
+    draw_randomness(3, 5000, b)
+    assert torch.equal(a.get_state(), b.get_state())
 
 
 def test_race_samples_the_normalised_weights():
