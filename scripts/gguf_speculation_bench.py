@@ -26,6 +26,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from engine.cli.common import default_model_paths
 from engine.core.paths import cache_dir
 from engine.core.sampler import Sampler
 from engine.core.settings import DecodeSettings, DrafterOptions
@@ -34,7 +35,6 @@ from engine.session.session import Session
 from kernels import gguf_linear
 from kernels.gguf_linear import cpu_avx2
 
-TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 DRAFTER_GGUF = "qwen2.5-coder-0.5b-instruct-q5_0.gguf"
 DRAFTER_FOLDER = "qwen2.5-coder-0.5b-instruct"
 
@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--baseline-rev", help="also time the GGUF kernels of this git revision")
     args = parser.parse_args()
     home = cache_dir()
-    target_path = home / "gguf" / TARGET
+    target_path, _ = default_model_paths(None, None, need_drafter=False, precision="file")
     drafters = {"gguf Q5_0": (home / "gguf" / DRAFTER_GGUF, "auto"),
                 "folder int8": (home / "models" / DRAFTER_FOLDER, "int8"),
                 "folder int4": (home / "models" / DRAFTER_FOLDER, "int4")}

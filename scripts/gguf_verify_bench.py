@@ -29,13 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from engine.core.paths import cache_dir
+from engine.cli.common import default_model_paths
 from engine.models.loading.loader import load_model
 from engine.models.runners.gguf_runner import GgufRunner
 from kernels.attention import cpu_avx2 as attention_avx2
 from kernels.gguf_linear import cpu_avx2
-
-TARGET = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 
 
 def timed(fn) -> float:
@@ -56,11 +54,13 @@ def main() -> None:
                         help="also time the working tree's tiles on the file's layout (not the packed Q4_K / Q6_K)")
     parser.add_argument("--baseline-rev", help="also time the GGUF kernels of this git revision")
     parser.add_argument("--attention-baseline-rev", help="also time the attention kernel of this git revision")
+    parser.add_argument("--target", help="a GGUF file (default: the default pair's target)")
     parser.add_argument("--amx-rows", type=int, default=0,
                         help="input rows from which the working tree takes the AMX tiles (default: its own choice)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    model = load_model(cache_dir() / "gguf" / TARGET, "file", "cpu", check_memory=False).model
+    target, _ = default_model_paths(args.target, None, need_drafter=False, precision="file")
+    model = load_model(target, "file", "cpu", check_memory=False).model
     runner = GgufRunner(model)
     tree = cpu_avx2._module()
     if args.amx_rows:
