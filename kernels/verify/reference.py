@@ -32,8 +32,8 @@ float64, exact up to float64 rounding) on a PCG64 stream seeded by one 63-bit dr
 generator: 0.74 ms for 151,936 weights on 2 cores of an AVX-512 EPYC, where torch's CPU
 generator draws float64 uniforms one at a time (0.8 ms of the old 1.77 with their log1p,
 reciprocal and narrowing), once per sampled pass that drafts. The generator still decides every
-draw (the seed is its next number), so a seeded request repeats; the stream is not torch.rand's.
-A CUDA generator keeps drawing uniforms on the device (no host work).
+draw (the seed is its next number: the same generator state, the same weights); the stream is
+not torch.rand's. A CUDA generator keeps drawing uniforms on the device (no host work).
 
 Probabilities are float32 (what kernels.sampling.process_logits returns); other dtypes are
 converted first.
