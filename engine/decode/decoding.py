@@ -248,7 +248,7 @@ def speculate_step(
             draft = Draft(draft.tokens[:allowed], None if draft.probs is None else draft.probs[:allowed])
     if not draft.tokens:
         # Nothing to verify: the pass is a plain step and draws as plain decoding does (the
-        # verification's exponential race reads a uniform per vocabulary entry: 1.5 ms a pass).
+        # verification's exponential race draws a weight per vocabulary entry: 0.74 ms a pass).
         n, next_token = 0, decode_one_token(target, context[-unread:], sampler, constraint)
     else:
         drafted = torch.tensor(draft.tokens, dtype=torch.long)  # the backends move it to the logits' device
