@@ -149,10 +149,25 @@ def warm_up_bench(session: Session, ids: list[int], drafter: DrafterKind = "mode
             "seconds": time.perf_counter() - start}
 
 
-def _pooled(runs: list[dict]) -> dict:
-    """One lane's runs of a prompt at several seeds, as one run: rates as geometric means (so the
-    ratio of two lanes' is the geometric mean of the per-seed ratios), counts summed, acceptance
-    pooled over every drafted token."""
+def _decode_ratio(plain: dict, spec: dict) -> float | None:
+    """Speculative over plain decode rate; None where either run has none (it stopped at its
+    first token: a sampled speculative run's text, and so its length, differs from plain's)."""
+    return spec["decode_tok_per_s"] / plain["decode_tok_per_s"] if plain["decode_tok_per_s"] and spec["decode_tok_per_s"] else None
+
+
+def _pool_seeds(seed_rows: list[dict]) -> tuple[dict, dict]:
+    """A prompt's plain and speculative lanes over its seeds (``_pooled``), their decode rates
+    over the seeds where both lanes have one: the lanes' ratio is then the geometric mean of the
+    per-seed ratios. (Each lane's own geometric mean dropped a zero rate alone, and a speculative
+    run that stopped at its first token moved the row's ratio off its seeds'.)"""
+    rated = [r for r in seed_rows if r["decode_speedup_vs_plain"]]
+    return tuple(_pooled([r[lane] for r in seed_rows], [r[lane] for r in rated]) for lane in ("plain", "speculative"))
+
+
+def _pooled(runs: list[dict], rated: list[dict]) -> dict:
+    """One lane's runs of a prompt at several seeds, as one run: rates as geometric means (the
+    decode rate over ``rated``, see _pool_seeds), counts summed, acceptance pooled over every
+    drafted token."""
     stats_keys = ("new_tokens", "seconds", "target_passes", "drafted", "accepted", "draft_seconds", "verify_seconds")
     stats = {k: sum(r["stats"][k] for r in runs) for k in stats_keys}
     drafted_at: list[int] = []
@@ -161,7 +176,7 @@ def _pooled(runs: list[dict]) -> dict:
         add_counts((drafted_at, accepted_at), r["drafted_at"], r["accepted_at"])
     out = {"pooled_runs": len(runs), "new_tokens": stats["new_tokens"], "seconds": stats["seconds"],
            "tok_per_s": geomean([r["tok_per_s"] for r in runs]),
-           "decode_tok_per_s": geomean([r["decode_tok_per_s"] for r in runs]),
+           "decode_tok_per_s": geomean([r["decode_tok_per_s"] for r in rated]),
            "ttft_s": statistics.fmean(r["ttft_s"] for r in runs if r["ttft_s"] is not None) if any(r["ttft_s"] is not None for r in runs) else None,
            "drafted_at": drafted_at, "accepted_at": accepted_at, "stats": stats}
     if "acceptance" in runs[0]:
@@ -244,16 +259,15 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
                 plain, spec, _ = _timed_pair(session, ids, replace(settings, seed=seed), drafter, repeats)
                 seed_row = {"seed": seed, "plain": plain, "speculative": spec,
                             "speedup_vs_plain": spec["tok_per_s"] / plain["tok_per_s"],
-                            "decode_speedup_vs_plain": (spec["decode_tok_per_s"] / plain["decode_tok_per_s"]
-                                                        if plain["decode_tok_per_s"] else None)}
+                            "decode_speedup_vs_plain": _decode_ratio(plain, spec)}
                 row["seeds"].append(seed_row)
                 progress(f"{item['id']:<14} seed {seed:<6} plain {plain['tok_per_s']:5.2f} tok/s  spec {spec['tok_per_s']:5.2f} "
                          f"(decode {plain['decode_tok_per_s']:.2f} -> {spec['decode_tok_per_s']:.2f}, "
                          + (f"{seed_row['decode_speedup_vs_plain']:.2f}x" if seed_row["decode_speedup_vs_plain"] else "-")
                          + f", acc {spec['acceptance']:.2f}, {spec['tokens_per_pass']:.2f} tok/pass, "
                          f"{plain['new_tokens']}/{spec['new_tokens']} tokens)")
-            row["plain"] = _pooled([r["plain"] for r in row["seeds"]])
-            row["speculative"] = spec = _pooled([r["speculative"] for r in row["seeds"]])
+            row["plain"], row["speculative"] = _pool_seeds(row["seeds"])
+            spec = row["speculative"]
             # Plain decoding at one seed repeats its output. Speculative decoding at one seed need
             # not: the adaptive draft length follows measured step times, and a different draft
             # length draws the one generator's numbers in another order (every output is still a
@@ -278,8 +292,7 @@ def run_bench(session: Session, prompts: list[dict], max_new_tokens: int, drafte
             row["first_divergence"] = first_difference(row["plain"]["token_ids"], spec["token_ids"])
         row["speedup_vs_plain"] = spec["tok_per_s"] / row["plain"]["tok_per_s"]
         # Without the prefill both runs share (llama.cpp's tg rates compare this way).
-        row["decode_speedup_vs_plain"] = (spec["decode_tok_per_s"] / row["plain"]["decode_tok_per_s"]
-                                          if row["plain"]["decode_tok_per_s"] else None)
+        row["decode_speedup_vs_plain"] = _decode_ratio(row["plain"], spec)
         if baseline is not None and item["id"] in baseline["prompts"]:
             row["baseline_plain"] = baseline["prompts"][item["id"]]
         if model_drafter is not None:

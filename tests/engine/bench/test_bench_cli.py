@@ -259,3 +259,24 @@ def test_compare_says_its_warm_up_ran_before_either_lane_was_timed(tmp_path, cap
     assert code == 0
     assert "warm-up: both lanes ran a few tokens untimed first" in out
     assert "speedup: " in out and "(after the first token: " in out
+
+
+def test_a_seed_whose_speculative_run_stops_at_its_first_token_leaves_the_prompts_ratio_its_seeds():
+    """A sampled speculative run draws another text than plain's and may stop after one token
+    (no decode rate): that seed has no ratio, and the prompt's ratio stays the geometric mean of
+    the others' (each lane's geometric mean dropping its zero alone moved it off)."""
+    from engine.bench.suite import _decode_ratio, _pool_seeds
+    from engine.bench.summary import geomean
+
+    def run(decode: float, new_tokens: int) -> dict:
+        stats = {"new_tokens": new_tokens, "seconds": 1.0, "target_passes": new_tokens, "drafted": 0, "accepted": 0,
+                 "draft_seconds": 0.0, "verify_seconds": 1.0}
+        return {"tok_per_s": float(new_tokens), "decode_tok_per_s": decode, "ttft_s": 0.1, "drafted_at": [],
+                "accepted_at": [], "stats": stats}
+
+    lanes = [(run(20.0, 10), run(30.0, 10)), (run(25.0, 10), run(0.0, 1)), (run(16.0, 10), run(18.0, 10))]
+    seeds = [{"plain": p, "speculative": s, "decode_speedup_vs_plain": _decode_ratio(p, s)} for p, s in lanes]
+    assert seeds[1]["decode_speedup_vs_plain"] is None
+    plain, spec = _pool_seeds(seeds)
+    assert spec["decode_tok_per_s"] / plain["decode_tok_per_s"] == pytest.approx(geomean([30 / 20, 18 / 16]))
+    assert plain["new_tokens"] == 30 and spec["new_tokens"] == 21  # counts still pool every seed
